@@ -1,0 +1,90 @@
+//! Header rules at the proxy boundary: hop-by-hop headers never cross, and the
+//! forwarding headers say who the client was.
+
+use http::header::{CONNECTION, HeaderMap, HeaderName, HeaderValue, TE, TRANSFER_ENCODING, UPGRADE};
+
+pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
+const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+const PROXY_AUTHENTICATE: HeaderName = HeaderName::from_static("proxy-authenticate");
+const PROXY_AUTHORIZATION: HeaderName = HeaderName::from_static("proxy-authorization");
+const TRAILER: HeaderName = HeaderName::from_static("trailer");
+
+const HOP_BY_HOP: [HeaderName; 9] = [
+    CONNECTION,
+    KEEP_ALIVE,
+    PROXY_CONNECTION,
+    PROXY_AUTHENTICATE,
+    PROXY_AUTHORIZATION,
+    TE,
+    TRAILER,
+    TRANSFER_ENCODING,
+    UPGRADE,
+];
+
+/// Removes RFC 9110 §7.6.1 connection-specific headers, including any header the
+/// `Connection` header itself names.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    if headers.contains_key(CONNECTION) {
+        let named: Vec<HeaderName> = headers
+            .get_all(CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .collect();
+        for name in named {
+            headers.remove(name);
+        }
+    }
+    for name in &HOP_BY_HOP {
+        headers.remove(name);
+    }
+}
+
+/// Appends the client address to `x-forwarded-for` and sets `x-forwarded-proto`.
+pub fn add_forwarded(headers: &mut HeaderMap, client_ip: &HeaderValue, proto: &'static str) {
+    let merged = match headers.get(&X_FORWARDED_FOR) {
+        Some(prev) if !prev.is_empty() => {
+            let mut v = Vec::with_capacity(prev.len() + 2 + client_ip.len());
+            v.extend_from_slice(prev.as_bytes());
+            v.extend_from_slice(b", ");
+            v.extend_from_slice(client_ip.as_bytes());
+            HeaderValue::from_bytes(&v).ok()
+        }
+        _ => None,
+    };
+    headers.insert(X_FORWARDED_FOR, merged.unwrap_or_else(|| client_ip.clone()));
+    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connection_named_and_static_hop_by_hop_headers_go() {
+        let mut h = HeaderMap::new();
+        h.insert(CONNECTION, HeaderValue::from_static("keep-alive, x-secret"));
+        h.insert("x-secret", HeaderValue::from_static("1"));
+        h.insert(KEEP_ALIVE, HeaderValue::from_static("timeout=5"));
+        h.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
+        h.insert("x-keep", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-keep"));
+    }
+
+    #[test]
+    fn forwarded_for_appends_to_an_existing_chain() {
+        let ip = HeaderValue::from_static("127.0.0.9");
+        let mut h = HeaderMap::new();
+        add_forwarded(&mut h, &ip, "http");
+        assert_eq!(h[&X_FORWARDED_FOR], "127.0.0.9");
+        h.insert(X_FORWARDED_FOR, HeaderValue::from_static("10.1.1.1"));
+        add_forwarded(&mut h, &ip, "http");
+        assert_eq!(h[&X_FORWARDED_FOR], "10.1.1.1, 127.0.0.9");
+        assert_eq!(h[&X_FORWARDED_PROTO], "http");
+    }
+}

@@ -1,0 +1,16 @@
+//! aether-proxy: the data plane of aether-edge.
+//!
+//! Its only input is an immutable [`Snapshot`] (plain Rust, no Kubernetes types),
+//! published atomically through [`ListenerManager::apply`]. Requests load the current
+//! Snapshot once, route by Host and the rules' matches, and forward to a backend
+//! endpoint over a pooled upstream client.
+
+pub mod backend;
+pub mod http;
+pub mod listener;
+pub mod routing;
+pub mod snapshot;
+pub mod telemetry;
+
+pub use listener::{BindFailure, ListenerManager};
+pub use snapshot::{Listener, Protocol, Snapshot};

@@ -1,0 +1,188 @@
+//! The listener manager: binds the sockets a Snapshot asks for, keeps unchanged ones
+//! (and their connections) untouched across reloads, and drains the ones that go.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use socket2::{Domain, Protocol as SockProtocol, Socket, Type};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::http::{ConnInfo, ProxyState, handle};
+use crate::snapshot::Snapshot;
+use crate::telemetry;
+
+/// A socket the Snapshot wants but that could not be bound.
+#[derive(Debug, Clone)]
+pub struct BindFailure {
+    pub addr: SocketAddr,
+    pub reason: String,
+}
+
+struct Running {
+    cancel: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+pub struct ListenerManager {
+    state: Arc<ProxyState>,
+    drain_timeout: Duration,
+    running: HashMap<SocketAddr, Running>,
+}
+
+const BACKLOG: i32 = 1024;
+
+impl ListenerManager {
+    pub fn new(state: Arc<ProxyState>, drain_timeout: Duration) -> Self {
+        Self {
+            state,
+            drain_timeout,
+            running: HashMap::new(),
+        }
+    }
+
+    /// Publishes `snapshot` and brings the bound sockets in line with it. New requests
+    /// see the new routes at once; removed sockets stop accepting and drain in the
+    /// background. Sockets that could not be bound are returned and retried on the
+    /// next call.
+    pub fn apply(&mut self, snapshot: Arc<Snapshot>) -> Vec<BindFailure> {
+        self.state.snapshot.store(Arc::clone(&snapshot));
+        let gone: Vec<SocketAddr> = self
+            .running
+            .keys()
+            .filter(|a| !snapshot.listeners.contains_key(a))
+            .copied()
+            .collect();
+        for addr in gone {
+            if let Some(r) = self.running.remove(&addr) {
+                tracing::info!(%addr, "listener removed; draining");
+                r.cancel.cancel();
+            }
+        }
+        let mut failures = Vec::new();
+        for addr in snapshot.listeners.keys() {
+            if self.running.contains_key(addr) {
+                continue;
+            }
+            match bind(*addr) {
+                Ok(listener) => {
+                    tracing::info!(%addr, "listener bound");
+                    let cancel = CancellationToken::new();
+                    let task = tokio::spawn(serve(
+                        listener,
+                        *addr,
+                        Arc::clone(&self.state),
+                        cancel.clone(),
+                        self.drain_timeout,
+                    ));
+                    self.running.insert(*addr, Running { cancel, task });
+                }
+                Err(e) => {
+                    metrics::counter!(telemetry::LISTENER_BIND_ERRORS_TOTAL).increment(1);
+                    tracing::error!(%addr, error = %e, "cannot bind listener");
+                    failures.push(BindFailure {
+                        addr: *addr,
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        }
+        failures
+    }
+
+    /// The addresses currently bound.
+    pub fn bound(&self) -> Vec<SocketAddr> {
+        let mut v: Vec<_> = self.running.keys().copied().collect();
+        v.sort();
+        v
+    }
+
+    /// Stops accepting everywhere and waits until in-flight requests finish or each
+    /// listener's drain deadline passes.
+    pub async fn shutdown(&mut self) {
+        for r in self.running.values() {
+            r.cancel.cancel();
+        }
+        for (addr, r) in self.running.drain() {
+            if let Err(e) = r.task.await {
+                tracing::warn!(%addr, error = %e, "listener task ended abnormally");
+            }
+        }
+    }
+}
+
+fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(SockProtocol::TCP))?;
+    // Lets a restarted edge rebind while old connections sit in TIME_WAIT.
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(BACKLOG)?;
+    TcpListener::from_std(socket.into())
+}
+
+async fn serve(
+    listener: TcpListener,
+    local: SocketAddr,
+    state: Arc<ProxyState>,
+    cancel: CancellationToken,
+    drain_timeout: Duration,
+) {
+    let label = local.to_string();
+    let active = telemetry::active_connections(&label);
+    let accepted = telemetry::connections_total(&label);
+    let graceful = GracefulShutdown::new();
+    // Fired at the drain deadline to close connections still open then.
+    let force_close = CancellationToken::new();
+    let builder = auto::Builder::new(TokioExecutor::new());
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = cancel.cancelled() => break,
+            r = listener.accept() => match r {
+                Ok(pair) => pair,
+                Err(e) => {
+                    // Typically EMFILE: back off instead of spinning on the error.
+                    tracing::warn!(%local, error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "set_nodelay failed");
+        }
+        accepted.increment(1);
+        let conn_info = Arc::new(ConnInfo::new(local, peer));
+        let state = Arc::clone(&state);
+        let svc = service_fn(move |req| handle(Arc::clone(&state), Arc::clone(&conn_info), req));
+        let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
+        let conn = graceful.watch(conn);
+        let active = active.clone();
+        let force_close = force_close.clone();
+        tokio::spawn(async move {
+            active.increment(1.0);
+            tokio::select! {
+                r = conn => if let Err(e) = r {
+                    tracing::debug!(%peer, error = %e, "connection ended with error");
+                },
+                () = force_close.cancelled() => tracing::debug!(%peer, "connection closed at drain deadline"),
+            }
+            active.decrement(1.0);
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => tracing::debug!(%local, "listener drained"),
+        () = tokio::time::sleep(drain_timeout) => {
+            tracing::warn!(%local, "drain deadline passed; closing remaining connections");
+            force_close.cancel();
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! A listener's route table: virtual hosts by hostname, each an ordered list of matches.
+//!
+//! Lookup is allocation-free: the Host is normalised into a stack buffer, an exact
+//! hostname is one hash lookup, and wildcards are tried from the longest suffix down,
+//! one hash lookup per label.
+
+mod matcher;
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use http::{HeaderMap, Method};
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
+
+pub use matcher::{HeaderMatch, PathMatch, QueryMatch, RequestMatch, ValueMatch};
+
+use crate::backend::BackendSet;
+use crate::telemetry::RouteStats;
+
+/// What a matched rule does with the request.
+#[derive(Debug, Serialize)]
+pub struct RuleAction {
+    /// `namespace/name` of the HTTPRoute, for metrics and logs.
+    pub route: Arc<str>,
+    pub backends: BackendSet,
+    #[serde(skip)]
+    pub stats: RouteStats,
+}
+
+/// Tie-breaks between matches of equal precedence, as the spec orders them: the
+/// oldest route first, then by `namespace/name`, then rule and match order.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct RouteOrder {
+    pub created: i64,
+    pub route: Arc<str>,
+    pub rule: u32,
+    pub index: u32,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RouteEntry {
+    #[serde(rename = "match")]
+    pub matcher: RequestMatch,
+    pub order: RouteOrder,
+    pub action: Arc<RuleAction>,
+}
+
+impl RouteEntry {
+    fn cmp_precedence(&self, other: &Self) -> Ordering {
+        self.matcher
+            .precedence(&other.matcher)
+            .then_with(|| self.order.cmp(&other.order))
+    }
+}
+
+/// The entries for one hostname, in precedence order: the first that matches wins.
+#[derive(Debug, Default, Serialize)]
+#[serde(transparent)]
+pub struct VirtualHost {
+    entries: Vec<RouteEntry>,
+}
+
+impl VirtualHost {
+    pub fn find(&self, method: &Method, path: &str, query: Option<&str>, headers: &HeaderMap) -> Option<&RouteEntry> {
+        self.entries
+            .iter()
+            .find(|e| e.matcher.matches(method, path, query, headers))
+    }
+
+    pub fn entries(&self) -> &[RouteEntry] {
+        &self.entries
+    }
+}
+
+/// Hostnames are at most 253 bytes; anything longer cannot match a route.
+const MAX_HOST: usize = 253;
+
+#[derive(Debug, Default)]
+pub struct RouteTable {
+    exact: HashMap<Box<str>, VirtualHost>,
+    /// Keyed by the suffix after `*`, dot included: `*.example.com` is `.example.com`.
+    wildcard: HashMap<Box<str>, VirtualHost>,
+    any: Option<VirtualHost>,
+}
+
+impl RouteTable {
+    pub fn builder() -> RouteTableBuilder {
+        RouteTableBuilder::default()
+    }
+
+    /// The virtual host for a request's Host (or :authority): port stripped, compared
+    /// case-insensitively, exact names before wildcards, longer wildcards first.
+    pub fn virtual_host(&self, authority: &str) -> Option<&VirtualHost> {
+        let mut buf = [0u8; MAX_HOST];
+        let host = normalise_host(authority, &mut buf);
+        if let Some(host) = host {
+            if let Some(vh) = self.exact.get(host) {
+                return Some(vh);
+            }
+            if !self.wildcard.is_empty() {
+                // Each '.' starts a candidate suffix; the leftmost is the longest. The
+                // first byte is skipped so `*.example.com` never matches `.example.com`.
+                for (i, b) in host.bytes().enumerate().skip(1) {
+                    if b == b'.'
+                        && let Some(vh) = self.wildcard.get(&host[i..])
+                    {
+                        return Some(vh);
+                    }
+                }
+            }
+        }
+        self.any.as_ref()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.wildcard.is_empty() && self.any.is_none()
+    }
+}
+
+/// Lower-cases `authority` into `buf` without its port. `None` for hosts that can't be
+/// a DNS name here (too long, not UTF-8 after folding).
+fn normalise_host<'b>(authority: &str, buf: &'b mut [u8; MAX_HOST]) -> Option<&'b str> {
+    let host = if authority.starts_with('[') {
+        // IPv6 literal: keep the brackets, drop what follows them.
+        authority.find(']').map_or(authority, |i| &authority[..=i])
+    } else {
+        authority.rsplit_once(':').map_or(authority, |(h, _)| h)
+    };
+    let host = host.strip_suffix('.').unwrap_or(host);
+    let out = buf.get_mut(..host.len())?;
+    for (o, b) in out.iter_mut().zip(host.bytes()) {
+        *o = b.to_ascii_lowercase();
+    }
+    std::str::from_utf8(out).ok()
+}
+
+/// Collects entries per hostname, then sorts each virtual host once.
+#[derive(Debug, Default)]
+pub struct RouteTableBuilder {
+    hosts: HashMap<Option<Box<str>>, Vec<RouteEntry>>,
+}
+
+impl RouteTableBuilder {
+    /// Adds an entry under `hostname` (`None` for any host; `*.x` for a wildcard).
+    pub fn add(&mut self, hostname: Option<&str>, entry: RouteEntry) {
+        let key = hostname.map(|h| h.to_ascii_lowercase().into_boxed_str());
+        self.hosts.entry(key).or_default().push(entry);
+    }
+
+    pub fn build(self) -> RouteTable {
+        let mut table = RouteTable::default();
+        for (host, mut entries) in self.hosts {
+            entries.sort_by(RouteEntry::cmp_precedence);
+            let vh = VirtualHost { entries };
+            match host {
+                None => table.any = Some(vh),
+                Some(h) => match h.strip_prefix('*') {
+                    Some(suffix) => {
+                        table.wildcard.insert(suffix.into(), vh);
+                    }
+                    None => {
+                        table.exact.insert(h, vh);
+                    }
+                },
+            }
+        }
+        table
+    }
+}
+
+impl Serialize for RouteTable {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // Sorted so that dumps of the same config are byte-identical.
+        let mut hosts: Vec<(String, &VirtualHost)> = self
+            .exact
+            .iter()
+            .map(|(h, v)| (h.to_string(), v))
+            .chain(self.wildcard.iter().map(|(h, v)| (format!("*{h}"), v)))
+            .collect();
+        hosts.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some(any) = &self.any {
+            hosts.push(("*".to_string(), any));
+        }
+        let mut m = s.serialize_map(Some(hosts.len()))?;
+        for (h, v) in hosts {
+            m.serialize_entry(&h, v)?;
+        }
+        m.end()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,64 @@
+//! The data plane's whole world, built by the controller and swapped in atomically.
+//!
+//! A `Snapshot` is immutable once published: the proxy loads it once per request and
+//! holds that `Arc` for the request's life, so a reload never changes a request mid-flight.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::routing::RouteTable;
+use crate::telemetry::RouteStats;
+
+/// Everything the proxy serves at one moment.
+#[derive(Debug, Default, Serialize)]
+pub struct Snapshot {
+    /// Increases by one with every reconcile that produced a new snapshot.
+    pub generation: u64,
+    /// One entry per socket the proxy binds. Several Gateway listeners that share an
+    /// (address, port) share one socket and one route table.
+    pub listeners: BTreeMap<SocketAddr, Arc<Listener>>,
+}
+
+impl Snapshot {
+    pub fn listener(&self, local: &SocketAddr) -> Option<&Listener> {
+        self.listeners.get(local).map(Arc::as_ref)
+    }
+}
+
+/// A bound socket and what it serves. Belongs to exactly one Gateway: a listener serves
+/// only its own Gateway's routes.
+#[derive(Debug, Serialize)]
+pub struct Listener {
+    pub bind: SocketAddr,
+    /// `namespace/name` of the owning Gateway.
+    pub gateway: Arc<str>,
+    /// Names of the Gateway listeners (sections) folded into this socket.
+    pub sections: Vec<Arc<str>>,
+    pub protocol: Protocol,
+    pub routes: RouteTable,
+    /// Counts requests that matched no route on this listener.
+    #[serde(skip)]
+    pub unrouted: RouteStats,
+}
+
+impl Listener {
+    pub fn new(bind: SocketAddr, gateway: Arc<str>, sections: Vec<Arc<str>>, routes: RouteTable) -> Self {
+        let unrouted = crate::telemetry::unrouted(&gateway);
+        Self {
+            bind,
+            gateway,
+            sections,
+            protocol: Protocol::Http,
+            routes,
+            unrouted,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Protocol {
+    Http,
+}

@@ -1,0 +1,71 @@
+//! Metric names and the per-route handles the hot path increments.
+//!
+//! Handles are registered once when a Snapshot is built, so a request bumps a counter
+//! without building a label set or looking anything up in the registry.
+
+use std::time::Duration;
+
+use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
+
+pub const REQUESTS_TOTAL: &str = "aether_requests_total";
+pub const REQUEST_DURATION_SECONDS: &str = "aether_request_duration_seconds";
+pub const UPSTREAM_CONNECT_ERRORS_TOTAL: &str = "aether_upstream_connect_errors_total";
+pub const DOWNSTREAM_CONNECTIONS_ACTIVE: &str = "aether_downstream_connections_active";
+pub const DOWNSTREAM_CONNECTIONS_TOTAL: &str = "aether_downstream_connections_total";
+pub const LISTENER_BIND_ERRORS_TOTAL: &str = "aether_listener_bind_errors_total";
+
+/// Buckets for request durations: 100 µs to 30 s.
+pub const DURATION_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
+];
+
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// Counters by status class and the duration histogram of one route on one Gateway.
+#[derive(Clone)]
+pub struct RouteStats {
+    by_class: [Counter; 5],
+    duration: Histogram,
+}
+
+impl RouteStats {
+    pub fn new(gateway: &str, route: &str) -> Self {
+        let by_class = CLASSES.map(|class| {
+            counter!(REQUESTS_TOTAL, "gateway" => gateway.to_owned(), "route" => route.to_owned(), "code" => class)
+        });
+        let duration = histogram!(REQUEST_DURATION_SECONDS, "gateway" => gateway.to_owned(), "route" => route.to_owned());
+        Self { by_class, duration }
+    }
+
+    pub fn record(&self, status: u16, elapsed: Duration) {
+        let idx = usize::from(status / 100).saturating_sub(1).min(4);
+        if let Some(c) = self.by_class.get(idx) {
+            c.increment(1);
+        }
+        self.duration.record(elapsed.as_secs_f64());
+    }
+}
+
+impl std::fmt::Debug for RouteStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RouteStats")
+    }
+}
+
+/// Requests that matched no route (or no listener) are counted under `route="none"`.
+pub fn unrouted(gateway: &str) -> RouteStats {
+    RouteStats::new(gateway, "none")
+}
+
+pub fn active_connections(listener: &str) -> Gauge {
+    gauge!(DOWNSTREAM_CONNECTIONS_ACTIVE, "listener" => listener.to_owned())
+}
+
+pub fn connections_total(listener: &str) -> Counter {
+    counter!(DOWNSTREAM_CONNECTIONS_TOTAL, "listener" => listener.to_owned())
+}
+
+pub fn upstream_connect_errors(backend: &str) -> Counter {
+    counter!(UPSTREAM_CONNECT_ERRORS_TOTAL, "backend" => backend.to_owned())
+}
