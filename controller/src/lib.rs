@@ -1,1 +1,13 @@
+//! aether-controller: the Gateway API side of aether-edge.
+//!
+//! Sources fill a [`Store`]; [`reconcile`] turns it, purely, into the proxy's
+//! [`aether_proxy::Snapshot`] and the [`Statuses`] every object should carry.
 
+pub mod manifest;
+pub mod reconcile;
+pub mod status;
+pub mod store;
+
+pub use reconcile::{Outcome, Settings, reconcile};
+pub use status::Statuses;
+pub use store::{Object, ObjectKey, Store};

@@ -1,0 +1,137 @@
+//! backendRef resolution: Service -> port -> EndpointSlices -> ready endpoints.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use aether_proxy::backend::{Backend, Endpoint};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use crate::store::{ObjectKey, Store};
+
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// Why a backendRef can't be used, as a ResolvedRefs reason and message.
+#[derive(Debug, Clone)]
+pub struct RefProblem {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Resolves backendRefs against the Store, sharing one `Backend` (and so one
+/// round-robin cursor) per Service port across all routes of a reconcile.
+pub struct BackendResolver<'s> {
+    store: &'s Store,
+    slices: HashMap<ObjectKey, Vec<&'s EndpointSlice>>,
+    cache: BTreeMap<(ObjectKey, i32), Arc<Backend>>,
+}
+
+/// The fields of a backendRef, whatever route kind it came from.
+pub struct BackendRefSpec<'a> {
+    pub group: Option<&'a str>,
+    pub kind: Option<&'a str>,
+    pub name: &'a str,
+    pub namespace: Option<&'a str>,
+    pub port: Option<i32>,
+}
+
+impl<'s> BackendResolver<'s> {
+    pub fn new(store: &'s Store) -> Self {
+        let mut slices: HashMap<ObjectKey, Vec<&EndpointSlice>> = HashMap::new();
+        for (key, slice) in &store.endpoint_slices {
+            if let Some(svc) = slice
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(SERVICE_NAME_LABEL))
+            {
+                slices
+                    .entry(ObjectKey::new(key.namespace.clone(), svc.clone()))
+                    .or_default()
+                    .push(slice);
+            }
+        }
+        Self {
+            store,
+            slices,
+            cache: BTreeMap::new(),
+        }
+    }
+
+    pub fn resolve(&mut self, route_namespace: &str, r: &BackendRefSpec<'_>) -> Result<Arc<Backend>, RefProblem> {
+        let group = r.group.unwrap_or("");
+        let kind = r.kind.unwrap_or("Service");
+        if !(group.is_empty() || group == "core") || kind != "Service" {
+            return Err(RefProblem {
+                reason: "InvalidKind",
+                message: format!("backendRef {group}/{kind} {} is not a Service", r.name),
+            });
+        }
+        let namespace = r.namespace.unwrap_or(route_namespace);
+        if namespace != route_namespace {
+            // ReferenceGrant support lands with the full HTTPRoute semantics; until then
+            // a cross-namespace reference is never allowed.
+            return Err(RefProblem {
+                reason: "RefNotPermitted",
+                message: format!(
+                    "backendRef to Service {namespace}/{} crosses namespaces without a ReferenceGrant",
+                    r.name
+                ),
+            });
+        }
+        let key = ObjectKey::new(namespace, r.name);
+        let Some(service) = self.store.services.get(&key) else {
+            return Err(RefProblem {
+                reason: "BackendNotFound",
+                message: format!("Service {key} not found"),
+            });
+        };
+        let Some(port) = r.port else {
+            return Err(RefProblem {
+                reason: "BackendNotFound",
+                message: format!("backendRef to Service {key} has no port"),
+            });
+        };
+        if let Some(b) = self.cache.get(&(key.clone(), port)) {
+            return Ok(Arc::clone(b));
+        }
+        let service_port = service
+            .spec
+            .as_ref()
+            .and_then(|s| s.ports.as_ref())
+            .and_then(|ports| ports.iter().find(|p| p.port == port));
+        let Some(service_port) = service_port else {
+            return Err(RefProblem {
+                reason: "BackendNotFound",
+                message: format!("Service {key} has no port {port}"),
+            });
+        };
+        let port_name = service_port.name.as_deref().unwrap_or("");
+        let mut endpoints: Vec<SocketAddr> = Vec::new();
+        for slice in self.slices.get(&key).into_iter().flatten() {
+            let target = slice.ports.iter().flatten().find(|p| p.name.as_deref().unwrap_or("") == port_name);
+            let Some(target) = target.and_then(|p| p.port).and_then(|p| u16::try_from(p).ok()) else {
+                continue;
+            };
+            for ep in &slice.endpoints {
+                if ep.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
+                    continue;
+                }
+                endpoints.extend(
+                    ep.addresses
+                        .iter()
+                        .filter_map(|a| a.parse::<IpAddr>().ok())
+                        .map(|ip| SocketAddr::new(ip, target)),
+                );
+            }
+        }
+        endpoints.sort();
+        endpoints.dedup();
+        let backend = Arc::new(Backend::new(
+            format!("{key}:{port}").into(),
+            endpoints.into_iter().map(Endpoint::new).collect(),
+        ));
+        self.cache.insert((key, port), Arc::clone(&backend));
+        Ok(backend)
+    }
+}

@@ -1,0 +1,167 @@
+//! Gateway and listener validation: which listeners can serve, and why not.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use gateway_api::gateways::{
+    Gateway, GatewayListeners, GatewayListenersAllowedRoutesNamespacesFrom,
+    GatewayListenersAllowedRoutesNamespacesSelector, GatewayStatusListenersSupportedKinds,
+};
+
+use super::address::AddressError;
+use super::route::RouteAttachment;
+use crate::store::{ObjectKey, Store};
+
+pub const GATEWAY_GROUP: &str = "gateway.networking.k8s.io";
+
+/// A problem as a condition reason and message.
+pub type Problem = (&'static str, String);
+
+pub struct GatewayModel<'a> {
+    pub key: ObjectKey,
+    pub generation: i64,
+    pub address: Result<IpAddr, AddressError>,
+    pub listeners: Vec<ListenerModel<'a>>,
+}
+
+pub struct ListenerModel<'a> {
+    pub spec: &'a GatewayListeners,
+    pub accepted: Result<(), Problem>,
+    pub conflict: Option<Problem>,
+    pub refs: Result<(), Problem>,
+    pub supported_kinds: Vec<GatewayStatusListenersSupportedKinds>,
+    pub attachments: Vec<RouteAttachment>,
+}
+
+impl ListenerModel<'_> {
+    /// Can routes attach here and traffic be served?
+    pub fn usable(&self) -> bool {
+        self.accepted.is_ok() && self.conflict.is_none()
+    }
+
+    pub fn port(&self) -> Option<u16> {
+        u16::try_from(self.spec.port).ok().filter(|p| *p != 0)
+    }
+
+    /// Does this listener let a route of `kind` from `namespace` attach?
+    pub fn allows(&self, store: &Store, gateway_ns: &str, namespace: &str, kind: &str) -> bool {
+        let kind_ok = self
+            .supported_kinds
+            .iter()
+            .any(|k| k.kind == kind && k.group.as_deref().unwrap_or(GATEWAY_GROUP) == GATEWAY_GROUP);
+        if !kind_ok {
+            return false;
+        }
+        let ns = self.spec.allowed_routes.as_ref().and_then(|a| a.namespaces.as_ref());
+        match ns.and_then(|n| n.from.as_ref()) {
+            None | Some(GatewayListenersAllowedRoutesNamespacesFrom::Same) => namespace == gateway_ns,
+            Some(GatewayListenersAllowedRoutesNamespacesFrom::All) => true,
+            Some(GatewayListenersAllowedRoutesNamespacesFrom::Selector) => ns
+                .and_then(|n| n.selector.as_ref())
+                .is_some_and(|sel| selector_matches(sel, &store.namespace_labels(namespace))),
+        }
+    }
+}
+
+fn selector_matches(sel: &GatewayListenersAllowedRoutesNamespacesSelector, labels: &BTreeMap<String, String>) -> bool {
+    let labels_ok = sel
+        .match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let exprs_ok = sel.match_expressions.iter().flatten().all(|e| {
+        let values = e.values.as_deref().unwrap_or_default();
+        match e.operator.as_str() {
+            "In" => labels.get(&e.key).is_some_and(|v| values.contains(v)),
+            "NotIn" => labels.get(&e.key).is_none_or(|v| !values.contains(v)),
+            "Exists" => labels.contains_key(&e.key),
+            "DoesNotExist" => !labels.contains_key(&e.key),
+            _ => false,
+        }
+    });
+    labels_ok && exprs_ok
+}
+
+/// Route kinds an HTTP listener can carry.
+const HTTP_KINDS: &[&str] = &["HTTPRoute"];
+
+/// Validates the listeners of one Gateway.
+pub fn listeners(gateway: &Gateway) -> Vec<ListenerModel<'_>> {
+    let mut out: Vec<ListenerModel<'_>> = gateway.spec.listeners.iter().map(validate).collect();
+    // Two usable listeners on one port with the same hostname can't be told apart: the
+    // first in spec order keeps serving, later ones are Conflicted.
+    for i in 0..out.len() {
+        if !out[i].usable() {
+            continue;
+        }
+        let clash = (0..i).find(|&j| {
+            out[j].usable()
+                && out[j].spec.port == out[i].spec.port
+                && out[j].spec.hostname.as_deref().map(str::to_ascii_lowercase)
+                    == out[i].spec.hostname.as_deref().map(str::to_ascii_lowercase)
+        });
+        if let Some(j) = clash {
+            let msg = format!(
+                "listener {} has the same port and hostname as listener {}",
+                out[i].spec.name, out[j].spec.name
+            );
+            out[i].conflict = Some(("HostnameConflict", msg));
+        }
+    }
+    out
+}
+
+fn validate(spec: &GatewayListeners) -> ListenerModel<'_> {
+    let mut model = ListenerModel {
+        spec,
+        accepted: Ok(()),
+        conflict: None,
+        refs: Ok(()),
+        supported_kinds: Vec::new(),
+        attachments: Vec::new(),
+    };
+    if spec.protocol != "HTTP" {
+        model.accepted = Err((
+            "UnsupportedProtocol",
+            format!("protocol {} is not supported yet; HTTP is", spec.protocol),
+        ));
+        return model;
+    }
+    if !(1..=65535).contains(&spec.port) {
+        model.accepted = Err(("PortUnavailable", format!("port {} is out of range", spec.port)));
+        return model;
+    }
+    let requested = spec.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref());
+    match requested {
+        None => {
+            model.supported_kinds = HTTP_KINDS
+                .iter()
+                .map(|k| GatewayStatusListenersSupportedKinds {
+                    group: Some(GATEWAY_GROUP.to_owned()),
+                    kind: (*k).to_owned(),
+                })
+                .collect();
+        }
+        Some(kinds) => {
+            let mut invalid = Vec::new();
+            for k in kinds {
+                let group = k.group.as_deref().unwrap_or(GATEWAY_GROUP);
+                if group == GATEWAY_GROUP && HTTP_KINDS.contains(&k.kind.as_str()) {
+                    model.supported_kinds.push(GatewayStatusListenersSupportedKinds {
+                        group: Some(GATEWAY_GROUP.to_owned()),
+                        kind: k.kind.clone(),
+                    });
+                } else {
+                    invalid.push(format!("{group}/{}", k.kind));
+                }
+            }
+            if !invalid.is_empty() {
+                model.refs = Err((
+                    "InvalidRouteKinds",
+                    format!("route kinds {} are not supported on an HTTP listener", invalid.join(", ")),
+                ));
+            }
+        }
+    }
+    model
+}

@@ -1,0 +1,205 @@
+//! The reconciler: a pure function from the Store to the Snapshot the proxy serves and
+//! the status every object should carry. Same Store, same Outcome, on every replica.
+
+pub mod address;
+mod backend;
+pub mod conditions;
+mod gateway;
+pub mod hostname;
+mod route;
+mod translate;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use aether_proxy::Snapshot;
+use gateway_api::gatewayclasses::GatewayClassStatus;
+use gateway_api::gateways::{Gateway, GatewayStatus, GatewayStatusAddresses, GatewayStatusListeners};
+use gateway_api::httproutes::HttpRouteStatus;
+use ipnet::IpNet;
+
+use self::address::{AddressError, AddressRequest};
+use self::conditions as cond;
+use self::gateway::GatewayModel;
+use crate::status::{ObjectStatus, Statuses};
+use crate::store::{ObjectKey, Store};
+
+/// What the reconciler is told about its environment.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub controller_name: String,
+    pub address_pool: IpNet,
+}
+
+pub struct Outcome {
+    pub snapshot: Snapshot,
+    pub statuses: Statuses,
+}
+
+pub fn reconcile(store: &Store, settings: &Settings) -> Outcome {
+    let mut statuses = Statuses::default();
+    let mut ours: BTreeSet<&str> = BTreeSet::new();
+    for (name, class) in &store.gateway_classes {
+        if class.spec.controller_name != settings.controller_name {
+            continue;
+        }
+        ours.insert(name);
+        let generation = class.metadata.generation.unwrap_or(1);
+        statuses.gateway_classes.insert(
+            name.clone(),
+            ObjectStatus {
+                generation,
+                status: GatewayClassStatus {
+                    conditions: Some(vec![cond::class_accepted(generation)]),
+                    supported_features: None,
+                },
+            },
+        );
+    }
+
+    let mut ordered: Vec<(&ObjectKey, &Gateway)> = store
+        .gateways
+        .iter()
+        .filter(|(_, g)| ours.contains(g.spec.gateway_class_name.as_str()))
+        .collect();
+    // Oldest first, so an established Gateway keeps an address a newcomer also asks for.
+    ordered.sort_by_key(|(k, g)| (g.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()), *k));
+    let requests: Vec<(ObjectKey, AddressRequest)> =
+        ordered.iter().map(|(k, g)| ((*k).clone(), address_request(g))).collect();
+    let mut addresses = address::allocate(&settings.address_pool, &requests);
+    let mut models: BTreeMap<ObjectKey, GatewayModel<'_>> = ordered
+        .iter()
+        .map(|(key, gw)| {
+            let model = GatewayModel {
+                key: (*key).clone(),
+                generation: gw.metadata.generation.unwrap_or(1),
+                address: addresses.remove(*key).unwrap_or(Err(AddressError::PoolExhausted)),
+                listeners: gateway::listeners(gw),
+            };
+            ((*key).clone(), model)
+        })
+        .collect();
+
+    let mut resolver = backend::BackendResolver::new(store);
+    let routes: Vec<_> = store
+        .http_routes
+        .iter()
+        .map(|(k, r)| (route::compile(k.clone(), r, &mut resolver), r))
+        .collect();
+    let route_parents = route::attach(store, &settings.controller_name, &routes, &mut models);
+    for ((model, _), (key, parents)) in routes.iter().zip(route_parents) {
+        if !parents.is_empty() {
+            statuses.http_routes.insert(
+                key,
+                ObjectStatus {
+                    generation: model.generation,
+                    status: HttpRouteStatus { parents },
+                },
+            );
+        }
+    }
+
+    let snapshot = translate::snapshot(&models, &routes);
+    for model in models.values() {
+        statuses.gateways.insert(
+            model.key.clone(),
+            ObjectStatus {
+                generation: model.generation,
+                status: gateway_status(model),
+            },
+        );
+    }
+    Outcome { snapshot, statuses }
+}
+
+fn address_request(gw: &Gateway) -> AddressRequest {
+    let Some(first) = gw.spec.addresses.iter().flatten().next() else {
+        return AddressRequest::Pool;
+    };
+    let kind = first.r#type.as_deref().unwrap_or("IPAddress");
+    if kind != "IPAddress" {
+        return AddressRequest::Unsupported(format!("address type {kind} is not supported; IPAddress is"));
+    }
+    match first.value.as_deref() {
+        None | Some("") => AddressRequest::Pool,
+        Some(v) => match v.parse::<IpAddr>() {
+            Ok(ip) => AddressRequest::Ip(ip),
+            Err(_) => AddressRequest::Unsupported(format!("{v:?} is not an IP address")),
+        },
+    }
+}
+
+fn gateway_status(m: &GatewayModel<'_>) -> GatewayStatus {
+    let generation = m.generation;
+    let listeners: Vec<GatewayStatusListeners> = m
+        .listeners
+        .iter()
+        .map(|l| {
+            let accepted = match &l.accepted {
+                Ok(()) => cond::accepted(generation, "Listener"),
+                Err((reason, msg)) => cond::not_accepted(generation, reason, msg.clone()),
+            };
+            let conflicted = match &l.conflict {
+                None => cond::no_conflicts(generation),
+                Some((reason, msg)) => cond::conflicted(generation, reason, msg.clone()),
+            };
+            let refs = match &l.refs {
+                Ok(()) => cond::resolved_refs(generation),
+                Err((reason, msg)) => cond::unresolved_refs(generation, reason, msg.clone()),
+            };
+            let programmed = if l.usable() && m.address.is_ok() {
+                cond::programmed(generation, "Listener")
+            } else {
+                cond::not_programmed(generation, "Invalid", "listener is not serving; see its other conditions")
+            };
+            GatewayStatusListeners {
+                attached_routes: i32::try_from(l.attachments.len()).unwrap_or(i32::MAX),
+                conditions: vec![accepted, conflicted, refs, programmed],
+                name: l.spec.name.clone(),
+                supported_kinds: Some(l.supported_kinds.clone()),
+            }
+        })
+        .collect();
+    let usable = m.listeners.iter().filter(|l| l.usable()).count();
+    let accepted = match &m.address {
+        Err(AddressError::Unsupported(why)) => cond::not_accepted(generation, "UnsupportedAddress", why.clone()),
+        _ if usable == 0 && !m.listeners.is_empty() => {
+            cond::not_accepted(generation, "ListenersNotValid", "no listener is valid")
+        }
+        _ if usable < m.listeners.len() => cond::condition(
+            "Accepted",
+            true,
+            "ListenersNotValid",
+            "some listeners are not valid; the others are served",
+            generation,
+        ),
+        _ => cond::accepted(generation, "Gateway"),
+    };
+    let programmed = match &m.address {
+        Err(AddressError::Unsupported(why)) => cond::not_programmed(generation, "AddressNotUsable", why.clone()),
+        Err(AddressError::InUse { address, by }) => cond::not_programmed(
+            generation,
+            "AddressNotUsable",
+            format!("address {address} is already used by Gateway {by}"),
+        ),
+        Err(AddressError::PoolExhausted) => {
+            cond::not_programmed(generation, "AddressNotAssigned", "the address pool has no free address")
+        }
+        Ok(_) if usable == 0 => cond::not_programmed(generation, "Invalid", "no listener can be served"),
+        Ok(_) => cond::programmed(generation, "Gateway"),
+    };
+    GatewayStatus {
+        addresses: m.address.as_ref().ok().map(|ip| {
+            vec![GatewayStatusAddresses {
+                r#type: Some("IPAddress".to_owned()),
+                value: ip.to_string(),
+            }]
+        }),
+        attached_listener_sets: None,
+        conditions: Some(vec![accepted, programmed]),
+        listeners: Some(listeners),
+    }
+}
+
+#[cfg(test)]
+mod tests;

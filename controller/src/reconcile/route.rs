@@ -1,0 +1,279 @@
+//! HTTPRoute compilation (matches, backends) and attachment to Gateway listeners.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use aether_proxy::backend::Backend;
+use aether_proxy::routing::{HeaderMatch, PathMatch, QueryMatch, RequestMatch, ValueMatch};
+use gateway_api::httproutes::{
+    HttpRoute, HttpRouteParentRefs, HttpRouteRulesMatches, HttpRouteRulesMatchesHeadersType,
+    HttpRouteRulesMatchesMethod, HttpRouteRulesMatchesPathType, HttpRouteRulesMatchesQueryParamsType,
+    HttpRouteStatusParents, HttpRouteStatusParentsParentRef,
+};
+use http::{HeaderName, Method};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use regex::Regex;
+
+use super::backend::{BackendRefSpec, BackendResolver, RefProblem};
+use super::conditions as cond;
+use super::gateway::{GATEWAY_GROUP, GatewayModel, Problem};
+use super::hostname;
+use crate::store::{ObjectKey, Store};
+
+/// An HTTPRoute as the data plane will need it, independent of its parents.
+pub struct RouteModel {
+    pub key: ObjectKey,
+    pub created: i64,
+    pub generation: i64,
+    pub rules: Vec<RuleModel>,
+    /// Set when the route uses something this implementation can't serve.
+    pub unsupported: Option<Problem>,
+    /// The first backendRef problem, if any.
+    pub refs: Result<(), RefProblem>,
+}
+
+pub struct RuleModel {
+    pub matches: Vec<RequestMatch>,
+    pub backends: Vec<(u32, Result<Arc<Backend>, RefProblem>)>,
+}
+
+/// A route attached to a listener, with the hostnames it serves there.
+pub struct RouteAttachment {
+    pub route: usize,
+    pub hostnames: Vec<Option<String>>,
+}
+
+pub fn compile(key: ObjectKey, route: &HttpRoute, resolver: &mut BackendResolver<'_>) -> RouteModel {
+    let mut model = RouteModel {
+        created: route
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| t.0.as_second()),
+        generation: route.metadata.generation.unwrap_or(1),
+        rules: Vec::new(),
+        unsupported: None,
+        refs: Ok(()),
+        key,
+    };
+    for rule in route.spec.rules.iter().flatten() {
+        let has_filters = rule.filters.as_ref().is_some_and(|f| !f.is_empty())
+            || rule
+                .backend_refs
+                .iter()
+                .flatten()
+                .any(|b| b.filters.as_ref().is_some_and(|f| !f.is_empty()));
+        if has_filters && model.unsupported.is_none() {
+            model.unsupported = Some(("UnsupportedValue", "HTTPRoute filters are not supported yet".to_owned()));
+        }
+        let mut matches = Vec::new();
+        for m in rule.matches.iter().flatten() {
+            match compile_match(m) {
+                Ok(m) => matches.push(m),
+                Err(why) => {
+                    if model.unsupported.is_none() {
+                        model.unsupported = Some(("UnsupportedValue", why));
+                    }
+                }
+            }
+        }
+        if rule.matches.as_ref().is_none_or(Vec::is_empty) {
+            matches.push(RequestMatch::default());
+        }
+        let mut backends = Vec::new();
+        for b in rule.backend_refs.iter().flatten() {
+            let spec = BackendRefSpec {
+                group: b.group.as_deref(),
+                kind: b.kind.as_deref(),
+                name: &b.name,
+                namespace: b.namespace.as_deref(),
+                port: b.port,
+            };
+            let resolved = resolver.resolve(&model.key.namespace, &spec);
+            if let (Err(p), Ok(())) = (&resolved, &model.refs) {
+                model.refs = Err(p.clone());
+            }
+            let weight = u32::try_from(b.weight.unwrap_or(1)).unwrap_or(0);
+            backends.push((weight, resolved));
+        }
+        model.rules.push(RuleModel { matches, backends });
+    }
+    model
+}
+
+fn compile_match(m: &HttpRouteRulesMatches) -> Result<RequestMatch, String> {
+    let path = match &m.path {
+        None => PathMatch::prefix("/"),
+        Some(p) => {
+            let value = p.value.as_deref().unwrap_or("/");
+            match p.r#type.as_ref().unwrap_or(&HttpRouteRulesMatchesPathType::PathPrefix) {
+                HttpRouteRulesMatchesPathType::Exact | HttpRouteRulesMatchesPathType::PathPrefix
+                    if !value.starts_with('/') =>
+                {
+                    return Err(format!("path {value:?} must start with '/'"));
+                }
+                HttpRouteRulesMatchesPathType::Exact => PathMatch::Exact(value.into()),
+                HttpRouteRulesMatchesPathType::PathPrefix => PathMatch::prefix(value),
+                HttpRouteRulesMatchesPathType::RegularExpression => PathMatch::Regex(anchored(value)?),
+            }
+        }
+    };
+    let mut headers: Vec<HeaderMatch> = Vec::new();
+    for h in m.headers.iter().flatten() {
+        let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| format!("invalid header name {:?}", h.name))?;
+        // The spec: only the first entry for a given name counts.
+        if headers.iter().any(|x| x.name == name) {
+            continue;
+        }
+        let value = match h.r#type.as_ref().unwrap_or(&HttpRouteRulesMatchesHeadersType::Exact) {
+            HttpRouteRulesMatchesHeadersType::Exact => ValueMatch::Exact(h.value.as_str().into()),
+            HttpRouteRulesMatchesHeadersType::RegularExpression => ValueMatch::Regex(anchored(&h.value)?),
+        };
+        headers.push(HeaderMatch { name, value });
+    }
+    let mut query: Vec<QueryMatch> = Vec::new();
+    for q in m.query_params.iter().flatten() {
+        if query.iter().any(|x| *x.name == *q.name) {
+            continue;
+        }
+        let value = match q.r#type.as_ref().unwrap_or(&HttpRouteRulesMatchesQueryParamsType::Exact) {
+            HttpRouteRulesMatchesQueryParamsType::Exact => ValueMatch::Exact(q.value.as_str().into()),
+            HttpRouteRulesMatchesQueryParamsType::RegularExpression => ValueMatch::Regex(anchored(&q.value)?),
+        };
+        query.push(QueryMatch {
+            name: q.name.as_str().into(),
+            value,
+        });
+    }
+    let method = m.method.as_ref().map(|m| match m {
+        HttpRouteRulesMatchesMethod::Get => Method::GET,
+        HttpRouteRulesMatchesMethod::Head => Method::HEAD,
+        HttpRouteRulesMatchesMethod::Post => Method::POST,
+        HttpRouteRulesMatchesMethod::Put => Method::PUT,
+        HttpRouteRulesMatchesMethod::Delete => Method::DELETE,
+        HttpRouteRulesMatchesMethod::Connect => Method::CONNECT,
+        HttpRouteRulesMatchesMethod::Options => Method::OPTIONS,
+        HttpRouteRulesMatchesMethod::Trace => Method::TRACE,
+        HttpRouteRulesMatchesMethod::Patch => Method::PATCH,
+    });
+    Ok(RequestMatch {
+        path,
+        method,
+        headers,
+        query,
+    })
+}
+
+/// Regular expressions match the whole value, as Envoy's RE2 matchers (and so most
+/// conformance expectations) do.
+fn anchored(re: &str) -> Result<Regex, String> {
+    Regex::new(&format!("^(?:{re})$")).map_err(|e| format!("invalid regular expression {re:?}: {e}"))
+}
+
+/// Attaches every route to the listeners its parentRefs select and returns the route
+/// statuses, one parent entry per parentRef that names one of our Gateways.
+pub fn attach(
+    store: &Store,
+    controller_name: &str,
+    routes: &[(RouteModel, &HttpRoute)],
+    gateways: &mut BTreeMap<ObjectKey, GatewayModel<'_>>,
+) -> BTreeMap<ObjectKey, Vec<HttpRouteStatusParents>> {
+    let mut statuses = BTreeMap::new();
+    for (index, (model, route)) in routes.iter().enumerate() {
+        let mut parents = Vec::new();
+        for parent in route.spec.parent_refs.iter().flatten() {
+            let group = parent.group.as_deref().unwrap_or(GATEWAY_GROUP);
+            let kind = parent.kind.as_deref().unwrap_or("Gateway");
+            if group != GATEWAY_GROUP || kind != "Gateway" {
+                continue;
+            }
+            let gw_key = ObjectKey::new(
+                parent.namespace.as_deref().unwrap_or(&model.key.namespace),
+                parent.name.as_str(),
+            );
+            let Some(gateway) = gateways.get_mut(&gw_key) else {
+                continue;
+            };
+            let accepted = attach_one(store, index, model, route, parent, gateway);
+            let refs = match &model.refs {
+                Ok(()) => cond::resolved_refs(model.generation),
+                Err(p) => cond::unresolved_refs(model.generation, p.reason, p.message.clone()),
+            };
+            parents.push(HttpRouteStatusParents {
+                conditions: vec![accepted, refs],
+                controller_name: controller_name.to_owned(),
+                parent_ref: HttpRouteStatusParentsParentRef {
+                    group: parent.group.clone(),
+                    kind: parent.kind.clone(),
+                    name: parent.name.clone(),
+                    namespace: parent.namespace.clone(),
+                    port: parent.port,
+                    section_name: parent.section_name.clone(),
+                },
+            });
+        }
+        statuses.insert(model.key.clone(), parents);
+    }
+    statuses
+}
+
+/// Attaches `route` to the listeners of `gateway` that `parent` selects and allow it;
+/// returns the parent's Accepted condition.
+fn attach_one(
+    store: &Store,
+    index: usize,
+    model: &RouteModel,
+    route: &HttpRoute,
+    parent: &HttpRouteParentRefs,
+    gateway: &mut GatewayModel<'_>,
+) -> Condition {
+    let generation = model.generation;
+    if let Some((reason, msg)) = &model.unsupported {
+        return cond::not_accepted(generation, reason, msg.clone());
+    }
+    let selected: Vec<usize> = gateway
+        .listeners
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| parent.section_name.as_ref().is_none_or(|s| *s == l.spec.name))
+        .filter(|(_, l)| parent.port.is_none_or(|p| p == l.spec.port))
+        .filter(|(_, l)| l.usable())
+        .map(|(i, _)| i)
+        .collect();
+    if selected.is_empty() {
+        return cond::not_accepted(
+            generation,
+            "NoMatchingParent",
+            "no valid listener matches the parentRef's sectionName and port",
+        );
+    }
+    let gw_ns = gateway.key.namespace.clone();
+    let allowed: Vec<usize> = selected
+        .into_iter()
+        .filter(|&i| gateway.listeners[i].allows(store, &gw_ns, &model.key.namespace, "HTTPRoute"))
+        .collect();
+    if allowed.is_empty() {
+        return cond::not_accepted(
+            generation,
+            "NotAllowedByListeners",
+            "the listeners' allowedRoutes do not admit this route",
+        );
+    }
+    let route_hosts = route.spec.hostnames.as_deref().unwrap_or_default();
+    let mut attached = 0;
+    for i in allowed {
+        let listener = &mut gateway.listeners[i];
+        if let Some(hostnames) = hostname::effective(listener.spec.hostname.as_deref(), route_hosts) {
+            listener.attachments.push(RouteAttachment { route: index, hostnames });
+            attached += 1;
+        }
+    }
+    if attached == 0 {
+        return cond::not_accepted(
+            generation,
+            "NoMatchingListenerHostname",
+            "no listener hostname intersects the route's hostnames",
+        );
+    }
+    cond::accepted(generation, "HTTPRoute")
+}

@@ -1,0 +1,154 @@
+use std::path::Path;
+
+use super::*;
+use crate::manifest;
+
+const BASE: &str = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: aether}
+spec: {controllerName: aether.io/edge}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: other}
+spec: {controllerName: example.com/other}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: gw, namespace: edge, generation: 3}
+spec:
+  gatewayClassName: aether
+  listeners:
+  - {name: http, port: 8080, protocol: HTTP, hostname: "*.example.com", allowedRoutes: {namespaces: {from: All}}}
+  - {name: tcp, port: 9000, protocol: TCP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: foreign, namespace: edge}
+spec:
+  gatewayClassName: other
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: echo, namespace: apps}
+spec: {ports: [{name: http, port: 80, targetPort: 9000}]}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: echo-1, namespace: apps, labels: {kubernetes.io/service-name: echo}}
+addressType: IPv4
+ports: [{name: http, port: 9000}]
+endpoints:
+- {addresses: ["127.0.0.5"], conditions: {ready: true}}
+- {addresses: ["127.0.0.6"], conditions: {ready: false}}
+"#;
+
+fn outcome(extra: &str) -> Outcome {
+    let parsed = manifest::parse(Path::new("t.yaml"), &format!("{BASE}---\n{extra}"));
+    assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+    let settings = Settings {
+        controller_name: "aether.io/edge".into(),
+        address_pool: "127.0.1.0/24".parse().unwrap_or_else(|e| panic!("{e}")),
+    };
+    reconcile(&Store::from_objects(parsed.objects), &settings)
+}
+
+fn condition<'a>(conds: &'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition], t: &str) -> (&'a str, &'a str) {
+    let c = conds
+        .iter()
+        .find(|c| c.type_ == t)
+        .unwrap_or_else(|| panic!("no {t} condition in {conds:?}"));
+    (c.status.as_str(), c.reason.as_str())
+}
+
+#[test]
+fn only_our_classes_and_gateways_get_status() {
+    let out = outcome("");
+    assert_eq!(out.statuses.gateway_classes.keys().collect::<Vec<_>>(), vec!["aether"]);
+    assert_eq!(out.statuses.gateways.len(), 1);
+    let gw = &out.statuses.gateways[&ObjectKey::new("edge", "gw")];
+    assert_eq!(gw.generation, 3);
+    let conds = gw.status.conditions.as_deref().unwrap_or_default();
+    assert_eq!(condition(conds, "Accepted"), ("True", "ListenersNotValid"));
+    assert_eq!(condition(conds, "Programmed"), ("True", "Programmed"));
+    assert!(conds.iter().all(|c| c.observed_generation == Some(3)));
+    let listeners = gw.status.listeners.as_deref().unwrap_or_default();
+    assert_eq!(condition(&listeners[1].conditions, "Accepted"), ("False", "UnsupportedProtocol"));
+    assert_eq!(out.snapshot.listeners.len(), 1);
+}
+
+#[test]
+fn route_attaches_resolves_ready_endpoints_and_reports_missing_backends() {
+    let out = outcome(
+        r#"apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: apps}
+spec:
+  parentRefs: [{name: gw, namespace: edge}]
+  hostnames: [a.example.com, b.example.net]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /api}}]
+    backendRefs: [{name: echo, port: 80}, {name: missing, port: 80}]
+"#,
+    );
+    let route = &out.statuses.http_routes[&ObjectKey::new("apps", "r")].status;
+    assert_eq!(route.parents.len(), 1);
+    assert_eq!(condition(&route.parents[0].conditions, "Accepted"), ("True", "Accepted"));
+    assert_eq!(
+        condition(&route.parents[0].conditions, "ResolvedRefs"),
+        ("False", "BackendNotFound")
+    );
+    let gw = &out.statuses.gateways[&ObjectKey::new("edge", "gw")].status;
+    assert_eq!(gw.listeners.as_deref().unwrap_or_default()[0].attached_routes, 1);
+    let listener = out.snapshot.listeners.values().next().unwrap_or_else(|| panic!("no listener"));
+    assert!(listener.routes.virtual_host("b.example.net").is_none());
+    let vh = listener
+        .routes
+        .virtual_host("a.example.com")
+        .unwrap_or_else(|| panic!("no vhost"));
+    let backends = vh.entries()[0].action.backends.backends();
+    let aether_proxy::backend::BackendTarget::Service(b) = &backends[0].target else {
+        panic!("echo did not resolve")
+    };
+    let eps: Vec<String> = b.endpoints.iter().map(|e| e.addr.to_string()).collect();
+    assert_eq!(eps, vec!["127.0.0.5:9000"]);
+}
+
+#[test]
+fn parent_problems_get_the_spec_reasons() {
+    let out = outcome(
+        r#"apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: wrong-section, namespace: edge}
+spec:
+  parentRefs: [{name: gw, sectionName: nope}, {name: foreign}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: wrong-host, namespace: edge}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [a.example.org]
+"#,
+    );
+    let r = &out.statuses.http_routes[&ObjectKey::new("edge", "wrong-section")].status;
+    // The parentRef to another controller's Gateway gets no entry from us.
+    assert_eq!(r.parents.len(), 1);
+    assert_eq!(condition(&r.parents[0].conditions, "Accepted"), ("False", "NoMatchingParent"));
+    let r = &out.statuses.http_routes[&ObjectKey::new("edge", "wrong-host")].status;
+    assert_eq!(
+        condition(&r.parents[0].conditions, "Accepted"),
+        ("False", "NoMatchingListenerHostname")
+    );
+}
+
+#[test]
+fn reconcile_is_deterministic() {
+    let a = outcome("");
+    let b = outcome("");
+    assert_eq!(a.statuses, b.statuses);
+    let dump = |o: &Outcome| serde_json::to_string(&o.snapshot).unwrap_or_default();
+    assert_eq!(dump(&a), dump(&b));
+}

@@ -1,0 +1,93 @@
+//! Translation of the validated model into the proxy's Snapshot.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use aether_proxy::backend::{BackendSet, BackendTarget, WeightedBackend};
+use aether_proxy::routing::{RouteEntry, RouteOrder, RouteTable, RouteTableBuilder, RuleAction};
+use aether_proxy::telemetry::RouteStats;
+use aether_proxy::{Listener, Snapshot};
+use gateway_api::httproutes::HttpRoute;
+
+use super::gateway::GatewayModel;
+use super::route::RouteModel;
+use crate::store::ObjectKey;
+
+pub fn snapshot(gateways: &BTreeMap<ObjectKey, GatewayModel<'_>>, routes: &[(RouteModel, &HttpRoute)]) -> Snapshot {
+    let mut snapshot = Snapshot::default();
+    for model in gateways.values() {
+        let Ok(ip) = model.address else { continue };
+        let gateway: Arc<str> = model.key.to_string().into();
+        // Several listeners on one port share a socket and one table; each listener's
+        // hostname already scopes the entries it contributes.
+        let mut ports: BTreeMap<u16, (Vec<Arc<str>>, RouteTableBuilder)> = BTreeMap::new();
+        let mut actions: HashMap<usize, Vec<Arc<RuleAction>>> = HashMap::new();
+        for listener in model.listeners.iter().filter(|l| l.usable()) {
+            let Some(port) = listener.port() else { continue };
+            let (sections, builder) = ports.entry(port).or_insert_with(|| (Vec::new(), RouteTable::builder()));
+            sections.push(listener.spec.name.as_str().into());
+            for att in &listener.attachments {
+                let Some((route, _)) = routes.get(att.route) else { continue };
+                let acts = actions
+                    .entry(att.route)
+                    .or_insert_with(|| rule_actions(&gateway, route));
+                let name: Arc<str> = route.key.to_string().into();
+                for host in &att.hostnames {
+                    for (ri, (rule, action)) in route.rules.iter().zip(acts.iter()).enumerate() {
+                        for (mi, m) in rule.matches.iter().enumerate() {
+                            builder.add(
+                                host.as_deref(),
+                                RouteEntry {
+                                    matcher: m.clone(),
+                                    order: RouteOrder {
+                                        created: route.created,
+                                        route: Arc::clone(&name),
+                                        rule: u32::try_from(ri).unwrap_or(u32::MAX),
+                                        index: u32::try_from(mi).unwrap_or(u32::MAX),
+                                    },
+                                    action: Arc::clone(action),
+                                },
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        for (port, (sections, builder)) in ports {
+            let addr = SocketAddr::new(ip, port);
+            let listener = Listener::new(addr, Arc::clone(&gateway), sections, builder.build());
+            snapshot.listeners.insert(addr, Arc::new(listener));
+        }
+    }
+    snapshot
+}
+
+fn rule_actions(gateway: &str, route: &RouteModel) -> Vec<Arc<RuleAction>> {
+    let name: Arc<str> = route.key.to_string().into();
+    let stats = RouteStats::new(gateway, &name);
+    route
+        .rules
+        .iter()
+        .map(|rule| {
+            let backends = rule
+                .backends
+                .iter()
+                .map(|(weight, resolved)| WeightedBackend {
+                    weight: *weight,
+                    target: match resolved {
+                        Ok(b) => BackendTarget::Service(Arc::clone(b)),
+                        Err(p) => BackendTarget::Invalid {
+                            reason: p.message.as_str().into(),
+                        },
+                    },
+                })
+                .collect();
+            Arc::new(RuleAction {
+                route: Arc::clone(&name),
+                backends: BackendSet::new(backends),
+                stats: stats.clone(),
+            })
+        })
+        .collect()
+}

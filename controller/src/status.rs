@@ -1,0 +1,137 @@
+//! Computed status per object, in the shape Kubernetes mode will write, plus the two
+//! post-reconcile steps: stamping transition times and recording bind failures.
+
+use std::collections::BTreeMap;
+
+use aether_proxy::{BindFailure, Snapshot};
+use gateway_api::gatewayclasses::GatewayClassStatus;
+use gateway_api::gateways::GatewayStatus;
+use gateway_api::httproutes::HttpRouteStatus;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::reconcile::conditions as cond;
+use crate::store::ObjectKey;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObjectStatus<S> {
+    pub generation: i64,
+    pub status: S,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Statuses {
+    pub gateway_classes: BTreeMap<String, ObjectStatus<GatewayClassStatus>>,
+    pub gateways: BTreeMap<ObjectKey, ObjectStatus<GatewayStatus>>,
+    pub http_routes: BTreeMap<ObjectKey, ObjectStatus<HttpRouteStatus>>,
+}
+
+const API_VERSION: &str = "gateway.networking.k8s.io/v1";
+
+impl Statuses {
+    /// One Kubernetes-shaped object per GatewayClass, Gateway and route.
+    pub fn items(&self) -> Vec<Value> {
+        fn item<S: Serialize>(kind: &str, name: &str, namespace: Option<&str>, s: &ObjectStatus<S>) -> Value {
+            let mut metadata = json!({ "name": name, "generation": s.generation });
+            if let Some(ns) = namespace {
+                metadata["namespace"] = json!(ns);
+            }
+            json!({
+                "apiVersion": API_VERSION,
+                "kind": kind,
+                "metadata": metadata,
+                "status": serde_json::to_value(&s.status).unwrap_or(Value::Null),
+            })
+        }
+        let classes = self.gateway_classes.iter().map(|(n, s)| item("GatewayClass", n, None, s));
+        let gateways = self
+            .gateways
+            .iter()
+            .map(|(k, s)| item("Gateway", &k.name, Some(&k.namespace), s));
+        let routes = self
+            .http_routes
+            .iter()
+            .map(|(k, s)| item("HTTPRoute", &k.name, Some(&k.namespace), s));
+        classes.chain(gateways).chain(routes).collect()
+    }
+
+    /// Gives every condition a real `lastTransitionTime`: the previous one when the
+    /// condition's status is unchanged, `now` otherwise.
+    pub fn carry_transition_times(&mut self, previous: &Statuses, now: Timestamp) {
+        for (name, s) in &mut self.gateway_classes {
+            let prev = previous.gateway_classes.get(name).and_then(|p| p.status.conditions.as_deref());
+            stamp(s.status.conditions.iter_mut().flatten(), prev.unwrap_or_default(), now);
+        }
+        for (key, s) in &mut self.gateways {
+            let prev = previous.gateways.get(key).map(|p| &p.status);
+            stamp(
+                s.status.conditions.iter_mut().flatten(),
+                prev.and_then(|p| p.conditions.as_deref()).unwrap_or_default(),
+                now,
+            );
+            for l in s.status.listeners.iter_mut().flatten() {
+                let prev_l = prev
+                    .and_then(|p| p.listeners.as_ref())
+                    .and_then(|ls| ls.iter().find(|x| x.name == l.name))
+                    .map(|x| x.conditions.as_slice());
+                stamp(l.conditions.iter_mut(), prev_l.unwrap_or_default(), now);
+            }
+        }
+        for (key, s) in &mut self.http_routes {
+            let prev = previous.http_routes.get(key).map(|p| &p.status);
+            for parent in &mut s.status.parents {
+                let prev_p = prev
+                    .and_then(|p| p.parents.iter().find(|x| x.parent_ref == parent.parent_ref))
+                    .map(|x| x.conditions.as_slice());
+                stamp(parent.conditions.iter_mut(), prev_p.unwrap_or_default(), now);
+            }
+        }
+    }
+
+    /// Records sockets that could not be bound on the listeners they belong to.
+    pub fn mark_bind_failures(&mut self, snapshot: &Snapshot, failures: &[BindFailure]) {
+        for f in failures {
+            let Some(listener) = snapshot.listener(&f.addr) else { continue };
+            let Some((ns, name)) = listener.gateway.split_once('/') else { continue };
+            let Some(gw) = self.gateways.get_mut(&ObjectKey::new(ns, name)) else { continue };
+            let generation = gw.generation;
+            for l in gw.status.listeners.iter_mut().flatten() {
+                if !listener.sections.iter().any(|s| **s == l.name) {
+                    continue;
+                }
+                let msg = format!("cannot bind {}: {}", f.addr, f.reason);
+                replace(&mut l.conditions, cond::not_accepted(generation, "PortUnavailable", msg.clone()));
+                replace(&mut l.conditions, cond::not_programmed(generation, "Invalid", msg));
+            }
+            let any_programmed = gw.status.listeners.iter().flatten().any(|l| {
+                l.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Programmed" && c.status == "True")
+            });
+            if !any_programmed && let Some(conds) = gw.status.conditions.as_mut() {
+                replace(
+                    conds,
+                    cond::not_programmed(generation, "Invalid", "no listener of this Gateway could be bound"),
+                );
+            }
+        }
+    }
+}
+
+fn replace(conditions: &mut Vec<Condition>, c: Condition) {
+    match conditions.iter_mut().find(|x| x.type_ == c.type_) {
+        Some(slot) => *slot = c,
+        None => conditions.push(c),
+    }
+}
+
+fn stamp<'a>(conditions: impl Iterator<Item = &'a mut Condition>, previous: &[Condition], now: Timestamp) {
+    for c in conditions {
+        c.last_transition_time = match previous.iter().find(|p| p.type_ == c.type_) {
+            Some(p) if p.status == c.status => p.last_transition_time.clone(),
+            _ => Time(now),
+        };
+    }
+}

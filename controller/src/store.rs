@@ -1,0 +1,149 @@
+//! The typed objects the reconciler reads. Both sources (manifest files, and later the
+//! Kubernetes watches) fill the same Store, so everything downstream is identical.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// `namespace/name` of a namespaced object.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectKey {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectKey {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// The key of a namespaced object; objects without a namespace live in `default`,
+    /// as `kubectl apply` would put them.
+    pub fn of(meta: &ObjectMeta) -> Self {
+        Self::new(
+            meta.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE),
+            meta.name.as_deref().unwrap_or_default(),
+        )
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// One object of a kind the reconciler understands.
+#[derive(Debug, Clone)]
+pub enum Object {
+    GatewayClass(Box<GatewayClass>),
+    Gateway(Box<Gateway>),
+    HttpRoute(Box<HttpRoute>),
+    Service(Box<Service>),
+    EndpointSlice(Box<EndpointSlice>),
+    Namespace(Box<Namespace>),
+}
+
+impl Object {
+    pub fn meta(&self) -> &ObjectMeta {
+        match self {
+            Object::GatewayClass(o) => &o.metadata,
+            Object::Gateway(o) => &o.metadata,
+            Object::HttpRoute(o) => &o.metadata,
+            Object::Service(o) => &o.metadata,
+            Object::EndpointSlice(o) => &o.metadata,
+            Object::Namespace(o) => &o.metadata,
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Object::GatewayClass(_) => "GatewayClass",
+            Object::Gateway(_) => "Gateway",
+            Object::HttpRoute(_) => "HTTPRoute",
+            Object::Service(_) => "Service",
+            Object::EndpointSlice(_) => "EndpointSlice",
+            Object::Namespace(_) => "Namespace",
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct Store {
+    pub gateway_classes: BTreeMap<String, GatewayClass>,
+    pub gateways: BTreeMap<ObjectKey, Gateway>,
+    pub http_routes: BTreeMap<ObjectKey, HttpRoute>,
+    pub services: BTreeMap<ObjectKey, Service>,
+    pub endpoint_slices: BTreeMap<ObjectKey, EndpointSlice>,
+    pub namespaces: BTreeMap<String, Namespace>,
+}
+
+impl Store {
+    pub fn from_objects(objects: impl IntoIterator<Item = Object>) -> Self {
+        let mut store = Self::default();
+        for o in objects {
+            store.apply(o);
+        }
+        store
+    }
+
+    /// Inserts or replaces an object. Namespaced objects without a namespace are put
+    /// in `default`, so later lookups never see a missing namespace.
+    pub fn apply(&mut self, object: Object) {
+        fn defaulted(meta: &mut ObjectMeta) -> ObjectKey {
+            if meta.namespace.is_none() {
+                meta.namespace = Some(DEFAULT_NAMESPACE.to_owned());
+            }
+            ObjectKey::of(meta)
+        }
+        match object {
+            Object::GatewayClass(o) => {
+                let name = o.metadata.name.clone().unwrap_or_default();
+                self.gateway_classes.insert(name, *o);
+            }
+            Object::Gateway(mut o) => {
+                let key = defaulted(&mut o.metadata);
+                self.gateways.insert(key, *o);
+            }
+            Object::HttpRoute(mut o) => {
+                let key = defaulted(&mut o.metadata);
+                self.http_routes.insert(key, *o);
+            }
+            Object::Service(mut o) => {
+                let key = defaulted(&mut o.metadata);
+                self.services.insert(key, *o);
+            }
+            Object::EndpointSlice(mut o) => {
+                let key = defaulted(&mut o.metadata);
+                self.endpoint_slices.insert(key, *o);
+            }
+            Object::Namespace(o) => {
+                let name = o.metadata.name.clone().unwrap_or_default();
+                self.namespaces.insert(name, *o);
+            }
+        }
+    }
+
+    /// Labels of a namespace; a namespace the Store has never seen has none except the
+    /// well-known `kubernetes.io/metadata.name`, which the API server always sets.
+    pub fn namespace_labels(&self, name: &str) -> BTreeMap<String, String> {
+        let mut labels = self
+            .namespaces
+            .get(name)
+            .and_then(|n| n.metadata.labels.clone())
+            .unwrap_or_default();
+        labels.insert("kubernetes.io/metadata.name".to_owned(), name.to_owned());
+        labels
+    }
+}
