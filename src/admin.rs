@@ -1,0 +1,84 @@
+//! The admin server: readiness, Prometheus metrics, the active Snapshot and the
+//! computed status of every object.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use aether_proxy::http::ProxyState;
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::net::TcpListener;
+
+pub struct AdminState {
+    pub proxy: Arc<ProxyState>,
+    pub prometheus: PrometheusHandle,
+    /// The rendered `/status` document, rebuilt on every reconcile.
+    pub status: ArcSwap<Bytes>,
+}
+
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+pub async fn serve(listener: TcpListener, state: Arc<AdminState>) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "admin accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let state = Arc::clone(&state);
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| answer(Arc::clone(&state), req));
+            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
+                tracing::debug!(error = %e, "admin connection ended with error");
+            }
+        });
+    }
+}
+
+async fn answer(state: Arc<AdminState>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    if req.method() != Method::GET {
+        return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n"));
+    }
+    Ok(match req.uri().path() {
+        "/readyz" if state.proxy.is_draining() => text(StatusCode::SERVICE_UNAVAILABLE, "draining\n"),
+        "/readyz" => text(StatusCode::OK, "ok\n"),
+        "/metrics" => body(StatusCode::OK, "text/plain; version=0.0.4", state.prometheus.render().into()),
+        "/config_dump" => {
+            let snapshot = state.proxy.snapshot.load_full();
+            match serde_json::to_vec_pretty(&*snapshot) {
+                Ok(v) => body(StatusCode::OK, "application/json", v.into()),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot render config dump");
+                    text(StatusCode::INTERNAL_SERVER_ERROR, "cannot render config dump\n")
+                }
+            }
+        }
+        "/status" => body(StatusCode::OK, "application/json", Bytes::clone(&state.status.load())),
+        _ => text(StatusCode::NOT_FOUND, "not found\n"),
+    })
+}
+
+fn text(status: StatusCode, s: &'static str) -> Response<Full<Bytes>> {
+    body(status, "text/plain", Bytes::from_static(s.as_bytes()))
+}
+
+fn body(status: StatusCode, content_type: &'static str, b: Bytes) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(b));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
+    resp
+}

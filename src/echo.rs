@@ -1,0 +1,107 @@
+//! `aether-edge echo`: answers every request with JSON describing what it received, in
+//! the spirit of the Gateway API conformance echo server. A request header
+//! `x-echo-delay-ms: N` delays the answer by N ms (capped at 60 s), for drain tests.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use serde::Serialize;
+use tokio::net::TcpListener;
+
+use crate::cli::EchoArgs;
+
+#[derive(Serialize)]
+struct Echo<'a> {
+    name: &'a str,
+    method: &'a str,
+    path: &'a str,
+    host: &'a str,
+    protocol: String,
+    headers: BTreeMap<&'a str, String>,
+}
+
+pub async fn run(args: EchoArgs) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(args.listen).await?;
+    tracing::info!(addr = %listener.local_addr()?, name = %args.name, "echo backend listening");
+    serve(listener, args.name.into()).await;
+    Ok(())
+}
+
+pub async fn serve(listener: TcpListener, name: Arc<str>) {
+    let builder = auto::Builder::new(TokioExecutor::new());
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "echo accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let name = Arc::clone(&name);
+        let conn = builder
+            .serve_connection(
+                TokioIo::new(stream),
+                service_fn(move |req| answer(Arc::clone(&name), req)),
+            )
+            .into_owned();
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "echo connection ended with error");
+            }
+        });
+    }
+}
+
+async fn answer(name: Arc<str>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let delay = req
+        .headers()
+        .get("x-echo-delay-ms")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .map(|ms| Duration::from_millis(ms.min(60_000)));
+    if let Some(d) = delay {
+        tokio::time::sleep(d).await;
+    }
+    let mut headers: BTreeMap<&str, String> = BTreeMap::new();
+    for (k, v) in req.headers() {
+        let v = String::from_utf8_lossy(v.as_bytes());
+        headers
+            .entry(k.as_str())
+            .and_modify(|prev| {
+                prev.push_str(", ");
+                prev.push_str(&v);
+            })
+            .or_insert_with(|| v.into_owned());
+    }
+    let host = req
+        .uri()
+        .authority()
+        .map(|a| a.as_str())
+        .or_else(|| req.headers().get(header::HOST).and_then(|h| h.to_str().ok()))
+        .unwrap_or("");
+    let echo = Echo {
+        name: &name,
+        method: req.method().as_str(),
+        path: req.uri().path_and_query().map_or("/", |p| p.as_str()),
+        host,
+        protocol: format!("{:?}", req.version()),
+        headers,
+    };
+    let body = serde_json::to_vec(&echo).unwrap_or_default();
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    Ok(resp)
+}

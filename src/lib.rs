@@ -1,0 +1,8 @@
+//! The aether-edge binary's pieces: the CLI, the wiring of sources, controller and
+//! proxy (`app`), the admin server, the manifest file source and the echo backend.
+
+pub mod admin;
+pub mod app;
+pub mod cli;
+pub mod echo;
+pub mod files;
