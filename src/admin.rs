@@ -41,32 +41,51 @@ pub async fn serve(listener: TcpListener, state: Arc<AdminState>) {
         let state = Arc::clone(&state);
         tokio::spawn(async move {
             let svc = service_fn(move |req| answer(Arc::clone(&state), req));
-            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
+            if let Err(e) = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await
+            {
                 tracing::debug!(error = %e, "admin connection ended with error");
             }
         });
     }
 }
 
-async fn answer(state: Arc<AdminState>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn answer(
+    state: Arc<AdminState>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     if req.method() != Method::GET {
         return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n"));
     }
     Ok(match req.uri().path() {
-        "/readyz" if state.proxy.is_draining() => text(StatusCode::SERVICE_UNAVAILABLE, "draining\n"),
+        "/readyz" if state.proxy.is_draining() => {
+            text(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+        }
         "/readyz" => text(StatusCode::OK, "ok\n"),
-        "/metrics" => body(StatusCode::OK, "text/plain; version=0.0.4", state.prometheus.render().into()),
+        "/metrics" => body(
+            StatusCode::OK,
+            "text/plain; version=0.0.4",
+            state.prometheus.render().into(),
+        ),
         "/config_dump" => {
             let snapshot = state.proxy.snapshot.load_full();
             match serde_json::to_vec_pretty(&*snapshot) {
                 Ok(v) => body(StatusCode::OK, "application/json", v.into()),
                 Err(e) => {
                     tracing::error!(error = %e, "cannot render config dump");
-                    text(StatusCode::INTERNAL_SERVER_ERROR, "cannot render config dump\n")
+                    text(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        "cannot render config dump\n",
+                    )
                 }
             }
         }
-        "/status" => body(StatusCode::OK, "application/json", Bytes::clone(&state.status.load())),
+        "/status" => body(
+            StatusCode::OK,
+            "application/json",
+            Bytes::clone(&state.status.load()),
+        ),
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     })
 }
@@ -78,7 +97,9 @@ fn text(status: StatusCode, s: &'static str) -> Response<Full<Bytes>> {
 fn body(status: StatusCode, content_type: &'static str, b: Bytes) -> Response<Full<Bytes>> {
     let mut resp = Response::new(Full::new(b));
     *resp.status_mut() = status;
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, header::HeaderValue::from_static(content_type));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
     resp
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use aether_controller::Timestamp;
 use aether_controller::manifest::ManifestError;
 use aether_controller::{Settings, Statuses, reconcile};
 use aether_proxy::http::{ProxyState, UpstreamSettings};
@@ -12,7 +13,6 @@ use aether_proxy::{ListenerManager, telemetry};
 use anyhow::Context;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use aether_controller::Timestamp;
 use metrics::{counter, gauge};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::signal::unix::{SignalKind, signal};
@@ -42,7 +42,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         controller_name: args.controller_name.clone(),
         address_pool: args.address_pool,
     };
-    let (_watcher, mut changes) = files::watch(&args.manifests, SETTLE).context("cannot watch the manifests")?;
+    let (_watcher, mut changes) =
+        files::watch(&args.manifests, SETTLE).context("cannot watch the manifests")?;
     let mut control = Control {
         source: FileSource::new(args.manifests.clone()),
         settings,
@@ -125,7 +126,9 @@ impl Control {
         let mut statuses = outcome.statuses;
         statuses.mark_bind_failures(&snapshot, &failures);
         statuses.carry_transition_times(&self.statuses, Timestamp::now());
-        self.admin.status.store(Arc::new(render_status(&statuses, &errors)));
+        self.admin
+            .status
+            .store(Arc::new(render_status(&statuses, &errors)));
         self.statuses = statuses;
 
         counter!("aether_config_reloads_total", "result" => if errors.is_empty() { "ok" } else { "partial" }).increment(1);

@@ -8,7 +8,11 @@ use clap::{Args, Parser, Subcommand};
 use ipnet::IpNet;
 
 #[derive(Debug, Parser)]
-#[command(name = "aether-edge", version, about = "Kubernetes Gateway API edge proxy and reconciler in one process")]
+#[command(
+    name = "aether-edge",
+    version,
+    about = "Kubernetes Gateway API edge proxy and reconciler in one process"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

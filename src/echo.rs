@@ -62,7 +62,10 @@ pub async fn serve(listener: TcpListener, name: Arc<str>) {
     }
 }
 
-async fn answer(name: Arc<str>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn answer(
+    name: Arc<str>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let delay = req
         .headers()
         .get("x-echo-delay-ms")
@@ -87,7 +90,11 @@ async fn answer(name: Arc<str>, req: Request<Incoming>) -> Result<Response<Full<
         .uri()
         .authority()
         .map(|a| a.as_str())
-        .or_else(|| req.headers().get(header::HOST).and_then(|h| h.to_str().ok()))
+        .or_else(|| {
+            req.headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+        })
         .unwrap_or("");
     let echo = Echo {
         name: &name,

@@ -65,22 +65,39 @@ impl FileSource {
 
 /// Watches `paths` and sends a tick on every change, coalescing bursts (editors write a
 /// file in several steps) into one tick after `settle`.
-pub fn watch(paths: &[PathBuf], settle: Duration) -> anyhow::Result<(notify::RecommendedWatcher, mpsc::Receiver<()>)> {
+pub fn watch(
+    paths: &[PathBuf],
+    settle: Duration,
+) -> anyhow::Result<(notify::RecommendedWatcher, mpsc::Receiver<()>)> {
     let (raw_tx, mut raw_rx) = mpsc::unbounded_channel::<()>();
-    let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
-        Ok(ev) if matches!(ev.kind, EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) | EventKind::Any) => {
-            let _ = raw_tx.send(());
-        }
-        Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, "file watch error"),
-    })?;
+    let mut watcher =
+        notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
+            Ok(ev)
+                if matches!(
+                    ev.kind,
+                    EventKind::Create(_)
+                        | EventKind::Modify(_)
+                        | EventKind::Remove(_)
+                        | EventKind::Any
+                ) =>
+            {
+                let _ = raw_tx.send(());
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "file watch error"),
+        })?;
     for p in paths {
         // Watch a file's directory, not the file: editors and `kubectl`-style tools
         // replace files by rename, which a watch on the old inode would miss.
         let (target, mode) = if p.is_dir() {
             (p.as_path(), RecursiveMode::Recursive)
         } else {
-            (p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")), RecursiveMode::NonRecursive)
+            (
+                p.parent()
+                    .filter(|d| !d.as_os_str().is_empty())
+                    .unwrap_or(Path::new(".")),
+                RecursiveMode::NonRecursive,
+            )
         };
         watcher.watch(target, mode)?;
     }

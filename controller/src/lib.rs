@@ -8,6 +8,7 @@ pub mod reconcile;
 pub mod status;
 pub mod store;
 
+pub use k8s_openapi::jiff::Timestamp;
 pub use reconcile::{Outcome, Settings, reconcile};
 pub use status::Statuses;
 pub use store::{Object, ObjectKey, Store};

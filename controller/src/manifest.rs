@@ -60,7 +60,8 @@ pub fn parse(file: &Path, text: &str) -> ParsedFile {
         let meta: TypeMeta = match serde_saphyr::from_str(doc) {
             Ok(m) => m,
             Err(e) => {
-                out.errors.push(err(e.location().map(|l| l.line()), first_error_line(&e)));
+                out.errors
+                    .push(err(e.location().map(|l| l.line()), first_error_line(&e)));
                 continue;
             }
         };
@@ -104,7 +105,11 @@ fn decode(meta: &TypeMeta, doc: &str) -> Result<Option<Object>, serde_saphyr::Er
 /// saphyr errors can carry a rendered source snippet; status and logs want one line.
 fn first_error_line(e: &serde_saphyr::Error) -> String {
     let text = e.to_string();
-    text.lines().next().unwrap_or("parse error").trim().to_owned()
+    text.lines()
+        .next()
+        .unwrap_or("parse error")
+        .trim()
+        .to_owned()
 }
 
 fn is_blank_or_comment(line: &str) -> bool {
@@ -173,9 +178,7 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>, errors: &mut Vec<ManifestError>) {
         let path = entry.path();
         if path.is_dir() {
             walk(&path, files, errors);
-        } else if path
-            .extension()
-            .is_some_and(|e| e == "yaml" || e == "yml")
+        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml")
             && !path
                 .file_name()
                 .is_some_and(|n| n.to_string_lossy().starts_with('.'))
@@ -212,12 +215,17 @@ metadata:
 
     #[test]
     fn a_bad_document_names_its_line_and_the_rest_still_load() {
-        let text = format!("{GOOD}---\napiVersion: v1\nkind: Service\nmetadata:\n  name: [unclosed\n");
+        let text =
+            format!("{GOOD}---\napiVersion: v1\nkind: Service\nmetadata:\n  name: [unclosed\n");
         let parsed = parse(Path::new("b.yaml"), &text);
         assert_eq!(parsed.objects.len(), 1);
         assert_eq!(parsed.errors.len(), 1, "{:?}", parsed.errors);
         let line = parsed.errors[0].line.unwrap_or(0);
-        assert!((13..=17).contains(&line), "line {line}: {}", parsed.errors[0]);
+        assert!(
+            (13..=17).contains(&line),
+            "line {line}: {}",
+            parsed.errors[0]
+        );
     }
 
     #[test]
@@ -225,6 +233,10 @@ metadata:
         let text = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata:\n  name: g\nspec:\n  listeners: []\n";
         let parsed = parse(Path::new("c.yaml"), text);
         assert!(parsed.objects.is_empty());
-        assert!(parsed.errors[0].reason.contains("gatewayClassName"), "{}", parsed.errors[0]);
+        assert!(
+            parsed.errors[0].reason.contains("gatewayClassName"),
+            "{}",
+            parsed.errors[0]
+        );
     }
 }

@@ -33,7 +33,12 @@ const API_VERSION: &str = "gateway.networking.k8s.io/v1";
 impl Statuses {
     /// One Kubernetes-shaped object per GatewayClass, Gateway and route.
     pub fn items(&self) -> Vec<Value> {
-        fn item<S: Serialize>(kind: &str, name: &str, namespace: Option<&str>, s: &ObjectStatus<S>) -> Value {
+        fn item<S: Serialize>(
+            kind: &str,
+            name: &str,
+            namespace: Option<&str>,
+            s: &ObjectStatus<S>,
+        ) -> Value {
             let mut metadata = json!({ "name": name, "generation": s.generation });
             if let Some(ns) = namespace {
                 metadata["namespace"] = json!(ns);
@@ -45,7 +50,10 @@ impl Statuses {
                 "status": serde_json::to_value(&s.status).unwrap_or(Value::Null),
             })
         }
-        let classes = self.gateway_classes.iter().map(|(n, s)| item("GatewayClass", n, None, s));
+        let classes = self
+            .gateway_classes
+            .iter()
+            .map(|(n, s)| item("GatewayClass", n, None, s));
         let gateways = self
             .gateways
             .iter()
@@ -61,14 +69,22 @@ impl Statuses {
     /// condition's status is unchanged, `now` otherwise.
     pub fn carry_transition_times(&mut self, previous: &Statuses, now: Timestamp) {
         for (name, s) in &mut self.gateway_classes {
-            let prev = previous.gateway_classes.get(name).and_then(|p| p.status.conditions.as_deref());
-            stamp(s.status.conditions.iter_mut().flatten(), prev.unwrap_or_default(), now);
+            let prev = previous
+                .gateway_classes
+                .get(name)
+                .and_then(|p| p.status.conditions.as_deref());
+            stamp(
+                s.status.conditions.iter_mut().flatten(),
+                prev.unwrap_or_default(),
+                now,
+            );
         }
         for (key, s) in &mut self.gateways {
             let prev = previous.gateways.get(key).map(|p| &p.status);
             stamp(
                 s.status.conditions.iter_mut().flatten(),
-                prev.and_then(|p| p.conditions.as_deref()).unwrap_or_default(),
+                prev.and_then(|p| p.conditions.as_deref())
+                    .unwrap_or_default(),
                 now,
             );
             for l in s.status.listeners.iter_mut().flatten() {
@@ -85,7 +101,11 @@ impl Statuses {
                 let prev_p = prev
                     .and_then(|p| p.parents.iter().find(|x| x.parent_ref == parent.parent_ref))
                     .map(|x| x.conditions.as_slice());
-                stamp(parent.conditions.iter_mut(), prev_p.unwrap_or_default(), now);
+                stamp(
+                    parent.conditions.iter_mut(),
+                    prev_p.unwrap_or_default(),
+                    now,
+                );
             }
         }
     }
@@ -93,17 +113,29 @@ impl Statuses {
     /// Records sockets that could not be bound on the listeners they belong to.
     pub fn mark_bind_failures(&mut self, snapshot: &Snapshot, failures: &[BindFailure]) {
         for f in failures {
-            let Some(listener) = snapshot.listener(&f.addr) else { continue };
-            let Some((ns, name)) = listener.gateway.split_once('/') else { continue };
-            let Some(gw) = self.gateways.get_mut(&ObjectKey::new(ns, name)) else { continue };
+            let Some(listener) = snapshot.listener(&f.addr) else {
+                continue;
+            };
+            let Some((ns, name)) = listener.gateway.split_once('/') else {
+                continue;
+            };
+            let Some(gw) = self.gateways.get_mut(&ObjectKey::new(ns, name)) else {
+                continue;
+            };
             let generation = gw.generation;
             for l in gw.status.listeners.iter_mut().flatten() {
                 if !listener.sections.iter().any(|s| **s == l.name) {
                     continue;
                 }
                 let msg = format!("cannot bind {}: {}", f.addr, f.reason);
-                replace(&mut l.conditions, cond::not_accepted(generation, "PortUnavailable", msg.clone()));
-                replace(&mut l.conditions, cond::not_programmed(generation, "Invalid", msg));
+                replace(
+                    &mut l.conditions,
+                    cond::not_accepted(generation, "PortUnavailable", msg.clone()),
+                );
+                replace(
+                    &mut l.conditions,
+                    cond::not_programmed(generation, "Invalid", msg),
+                );
             }
             let any_programmed = gw.status.listeners.iter().flatten().any(|l| {
                 l.conditions
@@ -113,7 +145,11 @@ impl Statuses {
             if !any_programmed && let Some(conds) = gw.status.conditions.as_mut() {
                 replace(
                     conds,
-                    cond::not_programmed(generation, "Invalid", "no listener of this Gateway could be bound"),
+                    cond::not_programmed(
+                        generation,
+                        "Invalid",
+                        "no listener of this Gateway could be bound",
+                    ),
                 );
             }
         }
@@ -127,7 +163,11 @@ fn replace(conditions: &mut Vec<Condition>, c: Condition) {
     }
 }
 
-fn stamp<'a>(conditions: impl Iterator<Item = &'a mut Condition>, previous: &[Condition], now: Timestamp) {
+fn stamp<'a>(
+    conditions: impl Iterator<Item = &'a mut Condition>,
+    previous: &[Condition],
+    now: Timestamp,
+) {
     for c in conditions {
         c.last_transition_time = match previous.iter().find(|p| p.type_ == c.type_) {
             Some(p) if p.status == c.status => p.last_transition_time.clone(),

@@ -70,7 +70,9 @@ pub enum BackendTarget {
     Service(Arc<Backend>),
     /// A backendRef that could not be resolved. The spec asks that the share of
     /// requests it would have received answers 500.
-    Invalid { reason: Arc<str> },
+    Invalid {
+        reason: Arc<str>,
+    },
 }
 
 #[derive(Debug, Serialize)]
@@ -156,7 +158,10 @@ mod tests {
     #[test]
     fn round_robin_visits_every_endpoint_in_turn() {
         let b = backend("a", &[1, 2, 3]);
-        let seen: Vec<u16> = (0..6).filter_map(|_| b.pick()).map(|e| e.addr.port()).collect();
+        let seen: Vec<u16> = (0..6)
+            .filter_map(|_| b.pick())
+            .map(|e| e.addr.port())
+            .collect();
         assert_eq!(seen, vec![1, 2, 3, 1, 2, 3]);
     }
 

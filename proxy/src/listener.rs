@@ -119,7 +119,11 @@ impl ListenerManager {
 }
 
 fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(SockProtocol::TCP))?;
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM,
+        Some(SockProtocol::TCP),
+    )?;
     // Lets a restarted edge rebind while old connections sit in TIME_WAIT.
     socket.set_reuse_address(true)?;
     socket.set_nonblocking(true)?;
@@ -162,7 +166,9 @@ async fn serve(
         let conn_info = Arc::new(ConnInfo::new(local, peer));
         let state = Arc::clone(&state);
         let svc = service_fn(move |req| handle(Arc::clone(&state), Arc::clone(&conn_info), req));
-        let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), svc)
+            .into_owned();
         let conn = graceful.watch(conn);
         let active = active.clone();
         let force_close = force_close.clone();

@@ -45,7 +45,12 @@ pub struct Listener {
 }
 
 impl Listener {
-    pub fn new(bind: SocketAddr, gateway: Arc<str>, sections: Vec<Arc<str>>, routes: RouteTable) -> Self {
+    pub fn new(
+        bind: SocketAddr,
+        gateway: Arc<str>,
+        sections: Vec<Arc<str>>,
+        routes: RouteTable,
+    ) -> Self {
         let unrouted = crate::telemetry::unrouted(&gateway);
         Self {
             bind,

@@ -32,7 +32,10 @@ pub enum AddressError {
 }
 
 /// Allocates addresses for `gateways`, given in precedence order.
-pub fn allocate(pool: &IpNet, gateways: &[(ObjectKey, AddressRequest)]) -> BTreeMap<ObjectKey, Result<IpAddr, AddressError>> {
+pub fn allocate(
+    pool: &IpNet,
+    gateways: &[(ObjectKey, AddressRequest)],
+) -> BTreeMap<ObjectKey, Result<IpAddr, AddressError>> {
     let mut out = BTreeMap::new();
     let mut taken: BTreeMap<IpAddr, ObjectKey> = BTreeMap::new();
     for (key, req) in gateways {
@@ -97,7 +100,11 @@ impl PoolSlots {
             IpNet::V6(n) => (u128::from(n.network()), u128::from(n.broadcast()), false),
         };
         // Skip the network and broadcast addresses when the pool is big enough to have them.
-        let (first, last) = if v4 && bcast - net >= 2 { (net + 1, bcast - 1) } else { (net, bcast) };
+        let (first, last) = if v4 && bcast - net >= 2 {
+            (net + 1, bcast - 1)
+        } else {
+            (net, bcast)
+        };
         Self {
             first,
             len: last - first + 1,
@@ -157,8 +164,13 @@ mod tests {
 
     #[test]
     fn a_gateway_keeps_its_address_when_another_goes() {
-        let keys: Vec<ObjectKey> = (0..20).map(|i| ObjectKey::new("ns", format!("g{i}"))).collect();
-        let all: Vec<_> = keys.iter().map(|k| (k.clone(), AddressRequest::Pool)).collect();
+        let keys: Vec<ObjectKey> = (0..20)
+            .map(|i| ObjectKey::new("ns", format!("g{i}")))
+            .collect();
+        let all: Vec<_> = keys
+            .iter()
+            .map(|k| (k.clone(), AddressRequest::Pool))
+            .collect();
         let before = allocate(&pool(), &all);
         let fewer: Vec<_> = all.iter().skip(1).cloned().collect();
         let after = allocate(&pool(), &fewer);

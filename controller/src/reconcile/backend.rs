@@ -58,7 +58,11 @@ impl<'s> BackendResolver<'s> {
         }
     }
 
-    pub fn resolve(&mut self, route_namespace: &str, r: &BackendRefSpec<'_>) -> Result<Arc<Backend>, RefProblem> {
+    pub fn resolve(
+        &mut self,
+        route_namespace: &str,
+        r: &BackendRefSpec<'_>,
+    ) -> Result<Arc<Backend>, RefProblem> {
         let group = r.group.unwrap_or("");
         let kind = r.kind.unwrap_or("Service");
         if !(group.is_empty() || group == "core") || kind != "Service" {
@@ -109,8 +113,15 @@ impl<'s> BackendResolver<'s> {
         let port_name = service_port.name.as_deref().unwrap_or("");
         let mut endpoints: Vec<SocketAddr> = Vec::new();
         for slice in self.slices.get(&key).into_iter().flatten() {
-            let target = slice.ports.iter().flatten().find(|p| p.name.as_deref().unwrap_or("") == port_name);
-            let Some(target) = target.and_then(|p| p.port).and_then(|p| u16::try_from(p).ok()) else {
+            let target = slice
+                .ports
+                .iter()
+                .flatten()
+                .find(|p| p.name.as_deref().unwrap_or("") == port_name);
+            let Some(target) = target
+                .and_then(|p| p.port)
+                .and_then(|p| u16::try_from(p).ok())
+            else {
                 continue;
             };
             for ep in &slice.endpoints {

@@ -7,7 +7,13 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
-pub fn condition(type_: &str, ok: bool, reason: &str, message: impl Into<String>, generation: i64) -> Condition {
+pub fn condition(
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: impl Into<String>,
+    generation: i64,
+) -> Condition {
     Condition {
         type_: type_.to_owned(),
         status: if ok { "True" } else { "False" }.to_owned(),
@@ -19,11 +25,23 @@ pub fn condition(type_: &str, ok: bool, reason: &str, message: impl Into<String>
 }
 
 pub fn class_accepted(generation: i64) -> Condition {
-    condition("Accepted", true, "Accepted", "GatewayClass is accepted by aether-edge", generation)
+    condition(
+        "Accepted",
+        true,
+        "Accepted",
+        "GatewayClass is accepted by aether-edge",
+        generation,
+    )
 }
 
 pub fn accepted(generation: i64, what: &str) -> Condition {
-    condition("Accepted", true, "Accepted", format!("{what} is accepted"), generation)
+    condition(
+        "Accepted",
+        true,
+        "Accepted",
+        format!("{what} is accepted"),
+        generation,
+    )
 }
 
 pub fn not_accepted(generation: i64, reason: &str, message: impl Into<String>) -> Condition {
@@ -31,7 +49,13 @@ pub fn not_accepted(generation: i64, reason: &str, message: impl Into<String>) -
 }
 
 pub fn programmed(generation: i64, what: &str) -> Condition {
-    condition("Programmed", true, "Programmed", format!("{what} is programmed"), generation)
+    condition(
+        "Programmed",
+        true,
+        "Programmed",
+        format!("{what} is programmed"),
+        generation,
+    )
 }
 
 pub fn not_programmed(generation: i64, reason: &str, message: impl Into<String>) -> Condition {
@@ -39,7 +63,13 @@ pub fn not_programmed(generation: i64, reason: &str, message: impl Into<String>)
 }
 
 pub fn resolved_refs(generation: i64) -> Condition {
-    condition("ResolvedRefs", true, "ResolvedRefs", "all references are resolved", generation)
+    condition(
+        "ResolvedRefs",
+        true,
+        "ResolvedRefs",
+        "all references are resolved",
+        generation,
+    )
 }
 
 pub fn unresolved_refs(generation: i64, reason: &str, message: impl Into<String>) -> Condition {
@@ -47,7 +77,13 @@ pub fn unresolved_refs(generation: i64, reason: &str, message: impl Into<String>
 }
 
 pub fn no_conflicts(generation: i64) -> Condition {
-    condition("Conflicted", false, "NoConflicts", "listener has no conflicts", generation)
+    condition(
+        "Conflicted",
+        false,
+        "NoConflicts",
+        "listener has no conflicts",
+        generation,
+    )
 }
 
 pub fn conflicted(generation: i64, reason: &str, message: impl Into<String>) -> Condition {

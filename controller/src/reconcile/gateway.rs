@@ -45,16 +45,21 @@ impl ListenerModel<'_> {
 
     /// Does this listener let a route of `kind` from `namespace` attach?
     pub fn allows(&self, store: &Store, gateway_ns: &str, namespace: &str, kind: &str) -> bool {
-        let kind_ok = self
-            .supported_kinds
-            .iter()
-            .any(|k| k.kind == kind && k.group.as_deref().unwrap_or(GATEWAY_GROUP) == GATEWAY_GROUP);
+        let kind_ok = self.supported_kinds.iter().any(|k| {
+            k.kind == kind && k.group.as_deref().unwrap_or(GATEWAY_GROUP) == GATEWAY_GROUP
+        });
         if !kind_ok {
             return false;
         }
-        let ns = self.spec.allowed_routes.as_ref().and_then(|a| a.namespaces.as_ref());
+        let ns = self
+            .spec
+            .allowed_routes
+            .as_ref()
+            .and_then(|a| a.namespaces.as_ref());
         match ns.and_then(|n| n.from.as_ref()) {
-            None | Some(GatewayListenersAllowedRoutesNamespacesFrom::Same) => namespace == gateway_ns,
+            None | Some(GatewayListenersAllowedRoutesNamespacesFrom::Same) => {
+                namespace == gateway_ns
+            }
             Some(GatewayListenersAllowedRoutesNamespacesFrom::All) => true,
             Some(GatewayListenersAllowedRoutesNamespacesFrom::Selector) => ns
                 .and_then(|n| n.selector.as_ref())
@@ -63,7 +68,10 @@ impl ListenerModel<'_> {
     }
 }
 
-fn selector_matches(sel: &GatewayListenersAllowedRoutesNamespacesSelector, labels: &BTreeMap<String, String>) -> bool {
+fn selector_matches(
+    sel: &GatewayListenersAllowedRoutesNamespacesSelector,
+    labels: &BTreeMap<String, String>,
+) -> bool {
     let labels_ok = sel
         .match_labels
         .iter()
@@ -128,7 +136,10 @@ fn validate(spec: &GatewayListeners) -> ListenerModel<'_> {
         return model;
     }
     if !(1..=65535).contains(&spec.port) {
-        model.accepted = Err(("PortUnavailable", format!("port {} is out of range", spec.port)));
+        model.accepted = Err((
+            "PortUnavailable",
+            format!("port {} is out of range", spec.port),
+        ));
         return model;
     }
     let requested = spec.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref());
@@ -147,10 +158,12 @@ fn validate(spec: &GatewayListeners) -> ListenerModel<'_> {
             for k in kinds {
                 let group = k.group.as_deref().unwrap_or(GATEWAY_GROUP);
                 if group == GATEWAY_GROUP && HTTP_KINDS.contains(&k.kind.as_str()) {
-                    model.supported_kinds.push(GatewayStatusListenersSupportedKinds {
-                        group: Some(GATEWAY_GROUP.to_owned()),
-                        kind: k.kind.clone(),
-                    });
+                    model
+                        .supported_kinds
+                        .push(GatewayStatusListenersSupportedKinds {
+                            group: Some(GATEWAY_GROUP.to_owned()),
+                            kind: k.kind.clone(),
+                        });
                 } else {
                     invalid.push(format!("{group}/{}", k.kind));
                 }
@@ -158,7 +171,10 @@ fn validate(spec: &GatewayListeners) -> ListenerModel<'_> {
             if !invalid.is_empty() {
                 model.refs = Err((
                     "InvalidRouteKinds",
-                    format!("route kinds {} are not supported on an HTTP listener", invalid.join(", ")),
+                    format!(
+                        "route kinds {} are not supported on an HTTP listener",
+                        invalid.join(", ")
+                    ),
                 ));
             }
         }

@@ -5,8 +5,7 @@
 fn within(host: &str, pattern: &str) -> bool {
     fn ends_with(h: &str, suffix: &str) -> bool {
         h.len() >= suffix.len()
-            && h
-                .get(h.len() - suffix.len()..)
+            && h.get(h.len() - suffix.len()..)
                 .is_some_and(|tail| tail.eq_ignore_ascii_case(suffix))
     }
     match (host.strip_prefix('*'), pattern.strip_prefix('*')) {
@@ -54,13 +53,34 @@ mod tests {
 
     #[test]
     fn intersection_takes_the_more_specific_name() {
-        assert_eq!(intersect("foo.example.com", "foo.example.com"), Some("foo.example.com"));
-        assert_eq!(intersect("*.example.com", "foo.example.com"), Some("foo.example.com"));
-        assert_eq!(intersect("*.example.com", "a.b.example.com"), Some("a.b.example.com"));
-        assert_eq!(intersect("foo.example.com", "*.example.com"), Some("foo.example.com"));
-        assert_eq!(intersect("*.example.com", "*.a.example.com"), Some("*.a.example.com"));
-        assert_eq!(intersect("*.a.example.com", "*.example.com"), Some("*.a.example.com"));
-        assert_eq!(intersect("*.example.com", "*.example.com"), Some("*.example.com"));
+        assert_eq!(
+            intersect("foo.example.com", "foo.example.com"),
+            Some("foo.example.com")
+        );
+        assert_eq!(
+            intersect("*.example.com", "foo.example.com"),
+            Some("foo.example.com")
+        );
+        assert_eq!(
+            intersect("*.example.com", "a.b.example.com"),
+            Some("a.b.example.com")
+        );
+        assert_eq!(
+            intersect("foo.example.com", "*.example.com"),
+            Some("foo.example.com")
+        );
+        assert_eq!(
+            intersect("*.example.com", "*.a.example.com"),
+            Some("*.a.example.com")
+        );
+        assert_eq!(
+            intersect("*.a.example.com", "*.example.com"),
+            Some("*.a.example.com")
+        );
+        assert_eq!(
+            intersect("*.example.com", "*.example.com"),
+            Some("*.example.com")
+        );
         assert_eq!(intersect("*.example.com", "example.com"), None);
         assert_eq!(intersect("foo.example.com", "bar.example.com"), None);
         assert_eq!(intersect("*.example.com", "foo.example.net"), None);

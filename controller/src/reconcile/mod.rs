@@ -14,7 +14,9 @@ use std::net::IpAddr;
 
 use aether_proxy::Snapshot;
 use gateway_api::gatewayclasses::GatewayClassStatus;
-use gateway_api::gateways::{Gateway, GatewayStatus, GatewayStatusAddresses, GatewayStatusListeners};
+use gateway_api::gateways::{
+    Gateway, GatewayStatus, GatewayStatusAddresses, GatewayStatusListeners,
+};
 use gateway_api::httproutes::HttpRouteStatus;
 use ipnet::IpNet;
 
@@ -63,9 +65,19 @@ pub fn reconcile(store: &Store, settings: &Settings) -> Outcome {
         .filter(|(_, g)| ours.contains(g.spec.gateway_class_name.as_str()))
         .collect();
     // Oldest first, so an established Gateway keeps an address a newcomer also asks for.
-    ordered.sort_by_key(|(k, g)| (g.metadata.creation_timestamp.as_ref().map_or(0, |t| t.0.as_second()), *k));
-    let requests: Vec<(ObjectKey, AddressRequest)> =
-        ordered.iter().map(|(k, g)| ((*k).clone(), address_request(g))).collect();
+    ordered.sort_by_key(|(k, g)| {
+        (
+            g.metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(0, |t| t.0.as_second()),
+            *k,
+        )
+    });
+    let requests: Vec<(ObjectKey, AddressRequest)> = ordered
+        .iter()
+        .map(|(k, g)| ((*k).clone(), address_request(g)))
+        .collect();
     let mut addresses = address::allocate(&settings.address_pool, &requests);
     let mut models: BTreeMap<ObjectKey, GatewayModel<'_>> = ordered
         .iter()
@@ -73,7 +85,9 @@ pub fn reconcile(store: &Store, settings: &Settings) -> Outcome {
             let model = GatewayModel {
                 key: (*key).clone(),
                 generation: gw.metadata.generation.unwrap_or(1),
-                address: addresses.remove(*key).unwrap_or(Err(AddressError::PoolExhausted)),
+                address: addresses
+                    .remove(*key)
+                    .unwrap_or(Err(AddressError::PoolExhausted)),
                 listeners: gateway::listeners(gw),
             };
             ((*key).clone(), model)
@@ -118,7 +132,9 @@ fn address_request(gw: &Gateway) -> AddressRequest {
     };
     let kind = first.r#type.as_deref().unwrap_or("IPAddress");
     if kind != "IPAddress" {
-        return AddressRequest::Unsupported(format!("address type {kind} is not supported; IPAddress is"));
+        return AddressRequest::Unsupported(format!(
+            "address type {kind} is not supported; IPAddress is"
+        ));
     }
     match first.value.as_deref() {
         None | Some("") => AddressRequest::Pool,
@@ -150,7 +166,11 @@ fn gateway_status(m: &GatewayModel<'_>) -> GatewayStatus {
             let programmed = if l.usable() && m.address.is_ok() {
                 cond::programmed(generation, "Listener")
             } else {
-                cond::not_programmed(generation, "Invalid", "listener is not serving; see its other conditions")
+                cond::not_programmed(
+                    generation,
+                    "Invalid",
+                    "listener is not serving; see its other conditions",
+                )
             };
             GatewayStatusListeners {
                 attached_routes: i32::try_from(l.attachments.len()).unwrap_or(i32::MAX),
@@ -162,7 +182,9 @@ fn gateway_status(m: &GatewayModel<'_>) -> GatewayStatus {
         .collect();
     let usable = m.listeners.iter().filter(|l| l.usable()).count();
     let accepted = match &m.address {
-        Err(AddressError::Unsupported(why)) => cond::not_accepted(generation, "UnsupportedAddress", why.clone()),
+        Err(AddressError::Unsupported(why)) => {
+            cond::not_accepted(generation, "UnsupportedAddress", why.clone())
+        }
         _ if usable == 0 && !m.listeners.is_empty() => {
             cond::not_accepted(generation, "ListenersNotValid", "no listener is valid")
         }
@@ -176,16 +198,22 @@ fn gateway_status(m: &GatewayModel<'_>) -> GatewayStatus {
         _ => cond::accepted(generation, "Gateway"),
     };
     let programmed = match &m.address {
-        Err(AddressError::Unsupported(why)) => cond::not_programmed(generation, "AddressNotUsable", why.clone()),
+        Err(AddressError::Unsupported(why)) => {
+            cond::not_programmed(generation, "AddressNotUsable", why.clone())
+        }
         Err(AddressError::InUse { address, by }) => cond::not_programmed(
             generation,
             "AddressNotUsable",
             format!("address {address} is already used by Gateway {by}"),
         ),
-        Err(AddressError::PoolExhausted) => {
-            cond::not_programmed(generation, "AddressNotAssigned", "the address pool has no free address")
+        Err(AddressError::PoolExhausted) => cond::not_programmed(
+            generation,
+            "AddressNotAssigned",
+            "the address pool has no free address",
+        ),
+        Ok(_) if usable == 0 => {
+            cond::not_programmed(generation, "Invalid", "no listener can be served")
         }
-        Ok(_) if usable == 0 => cond::not_programmed(generation, "Invalid", "no listener can be served"),
         Ok(_) => cond::programmed(generation, "Gateway"),
     };
     GatewayStatus {

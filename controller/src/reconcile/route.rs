@@ -7,8 +7,8 @@ use aether_proxy::backend::Backend;
 use aether_proxy::routing::{HeaderMatch, PathMatch, QueryMatch, RequestMatch, ValueMatch};
 use gateway_api::httproutes::{
     HttpRoute, HttpRouteParentRefs, HttpRouteRulesMatches, HttpRouteRulesMatchesHeadersType,
-    HttpRouteRulesMatchesMethod, HttpRouteRulesMatchesPathType, HttpRouteRulesMatchesQueryParamsType,
-    HttpRouteStatusParents, HttpRouteStatusParentsParentRef,
+    HttpRouteRulesMatchesMethod, HttpRouteRulesMatchesPathType,
+    HttpRouteRulesMatchesQueryParamsType, HttpRouteStatusParents, HttpRouteStatusParentsParentRef,
 };
 use http::{HeaderName, Method};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -43,7 +43,11 @@ pub struct RouteAttachment {
     pub hostnames: Vec<Option<String>>,
 }
 
-pub fn compile(key: ObjectKey, route: &HttpRoute, resolver: &mut BackendResolver<'_>) -> RouteModel {
+pub fn compile(
+    key: ObjectKey,
+    route: &HttpRoute,
+    resolver: &mut BackendResolver<'_>,
+) -> RouteModel {
     let mut model = RouteModel {
         created: route
             .metadata
@@ -64,7 +68,10 @@ pub fn compile(key: ObjectKey, route: &HttpRoute, resolver: &mut BackendResolver
                 .flatten()
                 .any(|b| b.filters.as_ref().is_some_and(|f| !f.is_empty()));
         if has_filters && model.unsupported.is_none() {
-            model.unsupported = Some(("UnsupportedValue", "HTTPRoute filters are not supported yet".to_owned()));
+            model.unsupported = Some((
+                "UnsupportedValue",
+                "HTTPRoute filters are not supported yet".to_owned(),
+            ));
         }
         let mut matches = Vec::new();
         for m in rule.matches.iter().flatten() {
@@ -106,28 +113,42 @@ fn compile_match(m: &HttpRouteRulesMatches) -> Result<RequestMatch, String> {
         None => PathMatch::prefix("/"),
         Some(p) => {
             let value = p.value.as_deref().unwrap_or("/");
-            match p.r#type.as_ref().unwrap_or(&HttpRouteRulesMatchesPathType::PathPrefix) {
-                HttpRouteRulesMatchesPathType::Exact | HttpRouteRulesMatchesPathType::PathPrefix
+            match p
+                .r#type
+                .as_ref()
+                .unwrap_or(&HttpRouteRulesMatchesPathType::PathPrefix)
+            {
+                HttpRouteRulesMatchesPathType::Exact
+                | HttpRouteRulesMatchesPathType::PathPrefix
                     if !value.starts_with('/') =>
                 {
                     return Err(format!("path {value:?} must start with '/'"));
                 }
                 HttpRouteRulesMatchesPathType::Exact => PathMatch::Exact(value.into()),
                 HttpRouteRulesMatchesPathType::PathPrefix => PathMatch::prefix(value),
-                HttpRouteRulesMatchesPathType::RegularExpression => PathMatch::Regex(anchored(value)?),
+                HttpRouteRulesMatchesPathType::RegularExpression => {
+                    PathMatch::Regex(anchored(value)?)
+                }
             }
         }
     };
     let mut headers: Vec<HeaderMatch> = Vec::new();
     for h in m.headers.iter().flatten() {
-        let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(|_| format!("invalid header name {:?}", h.name))?;
+        let name = HeaderName::from_bytes(h.name.as_bytes())
+            .map_err(|_| format!("invalid header name {:?}", h.name))?;
         // The spec: only the first entry for a given name counts.
         if headers.iter().any(|x| x.name == name) {
             continue;
         }
-        let value = match h.r#type.as_ref().unwrap_or(&HttpRouteRulesMatchesHeadersType::Exact) {
+        let value = match h
+            .r#type
+            .as_ref()
+            .unwrap_or(&HttpRouteRulesMatchesHeadersType::Exact)
+        {
             HttpRouteRulesMatchesHeadersType::Exact => ValueMatch::Exact(h.value.as_str().into()),
-            HttpRouteRulesMatchesHeadersType::RegularExpression => ValueMatch::Regex(anchored(&h.value)?),
+            HttpRouteRulesMatchesHeadersType::RegularExpression => {
+                ValueMatch::Regex(anchored(&h.value)?)
+            }
         };
         headers.push(HeaderMatch { name, value });
     }
@@ -136,9 +157,17 @@ fn compile_match(m: &HttpRouteRulesMatches) -> Result<RequestMatch, String> {
         if query.iter().any(|x| *x.name == *q.name) {
             continue;
         }
-        let value = match q.r#type.as_ref().unwrap_or(&HttpRouteRulesMatchesQueryParamsType::Exact) {
-            HttpRouteRulesMatchesQueryParamsType::Exact => ValueMatch::Exact(q.value.as_str().into()),
-            HttpRouteRulesMatchesQueryParamsType::RegularExpression => ValueMatch::Regex(anchored(&q.value)?),
+        let value = match q
+            .r#type
+            .as_ref()
+            .unwrap_or(&HttpRouteRulesMatchesQueryParamsType::Exact)
+        {
+            HttpRouteRulesMatchesQueryParamsType::Exact => {
+                ValueMatch::Exact(q.value.as_str().into())
+            }
+            HttpRouteRulesMatchesQueryParamsType::RegularExpression => {
+                ValueMatch::Regex(anchored(&q.value)?)
+            }
         };
         query.push(QueryMatch {
             name: q.name.as_str().into(),
@@ -167,7 +196,8 @@ fn compile_match(m: &HttpRouteRulesMatches) -> Result<RequestMatch, String> {
 /// Regular expressions match the whole value, as Envoy's RE2 matchers (and so most
 /// conformance expectations) do.
 fn anchored(re: &str) -> Result<Regex, String> {
-    Regex::new(&format!("^(?:{re})$")).map_err(|e| format!("invalid regular expression {re:?}: {e}"))
+    Regex::new(&format!("^(?:{re})$"))
+        .map_err(|e| format!("invalid regular expression {re:?}: {e}"))
 }
 
 /// Attaches every route to the listeners its parentRefs select and returns the route
@@ -235,7 +265,12 @@ fn attach_one(
         .listeners
         .iter()
         .enumerate()
-        .filter(|(_, l)| parent.section_name.as_ref().is_none_or(|s| *s == l.spec.name))
+        .filter(|(_, l)| {
+            parent
+                .section_name
+                .as_ref()
+                .is_none_or(|s| *s == l.spec.name)
+        })
         .filter(|(_, l)| parent.port.is_none_or(|p| p == l.spec.port))
         .filter(|(_, l)| l.usable())
         .map(|(i, _)| i)
@@ -263,8 +298,12 @@ fn attach_one(
     let mut attached = 0;
     for i in allowed {
         let listener = &mut gateway.listeners[i];
-        if let Some(hostnames) = hostname::effective(listener.spec.hostname.as_deref(), route_hosts) {
-            listener.attachments.push(RouteAttachment { route: index, hostnames });
+        if let Some(hostnames) = hostname::effective(listener.spec.hostname.as_deref(), route_hosts)
+        {
+            listener.attachments.push(RouteAttachment {
+                route: index,
+                hostnames,
+            });
             attached += 1;
         }
     }

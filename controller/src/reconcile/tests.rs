@@ -55,7 +55,10 @@ fn outcome(extra: &str) -> Outcome {
     reconcile(&Store::from_objects(parsed.objects), &settings)
 }
 
-fn condition<'a>(conds: &'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition], t: &str) -> (&'a str, &'a str) {
+fn condition<'a>(
+    conds: &'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    t: &str,
+) -> (&'a str, &'a str) {
     let c = conds
         .iter()
         .find(|c| c.type_ == t)
@@ -66,7 +69,10 @@ fn condition<'a>(conds: &'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::Con
 #[test]
 fn only_our_classes_and_gateways_get_status() {
     let out = outcome("");
-    assert_eq!(out.statuses.gateway_classes.keys().collect::<Vec<_>>(), vec!["aether"]);
+    assert_eq!(
+        out.statuses.gateway_classes.keys().collect::<Vec<_>>(),
+        vec!["aether"]
+    );
     assert_eq!(out.statuses.gateways.len(), 1);
     let gw = &out.statuses.gateways[&ObjectKey::new("edge", "gw")];
     assert_eq!(gw.generation, 3);
@@ -75,7 +81,10 @@ fn only_our_classes_and_gateways_get_status() {
     assert_eq!(condition(conds, "Programmed"), ("True", "Programmed"));
     assert!(conds.iter().all(|c| c.observed_generation == Some(3)));
     let listeners = gw.status.listeners.as_deref().unwrap_or_default();
-    assert_eq!(condition(&listeners[1].conditions, "Accepted"), ("False", "UnsupportedProtocol"));
+    assert_eq!(
+        condition(&listeners[1].conditions, "Accepted"),
+        ("False", "UnsupportedProtocol")
+    );
     assert_eq!(out.snapshot.listeners.len(), 1);
 }
 
@@ -95,14 +104,25 @@ spec:
     );
     let route = &out.statuses.http_routes[&ObjectKey::new("apps", "r")].status;
     assert_eq!(route.parents.len(), 1);
-    assert_eq!(condition(&route.parents[0].conditions, "Accepted"), ("True", "Accepted"));
+    assert_eq!(
+        condition(&route.parents[0].conditions, "Accepted"),
+        ("True", "Accepted")
+    );
     assert_eq!(
         condition(&route.parents[0].conditions, "ResolvedRefs"),
         ("False", "BackendNotFound")
     );
     let gw = &out.statuses.gateways[&ObjectKey::new("edge", "gw")].status;
-    assert_eq!(gw.listeners.as_deref().unwrap_or_default()[0].attached_routes, 1);
-    let listener = out.snapshot.listeners.values().next().unwrap_or_else(|| panic!("no listener"));
+    assert_eq!(
+        gw.listeners.as_deref().unwrap_or_default()[0].attached_routes,
+        1
+    );
+    let listener = out
+        .snapshot
+        .listeners
+        .values()
+        .next()
+        .unwrap_or_else(|| panic!("no listener"));
     assert!(listener.routes.virtual_host("b.example.net").is_none());
     let vh = listener
         .routes
@@ -136,7 +156,10 @@ spec:
     let r = &out.statuses.http_routes[&ObjectKey::new("edge", "wrong-section")].status;
     // The parentRef to another controller's Gateway gets no entry from us.
     assert_eq!(r.parents.len(), 1);
-    assert_eq!(condition(&r.parents[0].conditions, "Accepted"), ("False", "NoMatchingParent"));
+    assert_eq!(
+        condition(&r.parents[0].conditions, "Accepted"),
+        ("False", "NoMatchingParent")
+    );
     let r = &out.statuses.http_routes[&ObjectKey::new("edge", "wrong-host")].status;
     assert_eq!(
         condition(&r.parents[0].conditions, "Accepted"),

@@ -14,7 +14,10 @@ use super::gateway::GatewayModel;
 use super::route::RouteModel;
 use crate::store::ObjectKey;
 
-pub fn snapshot(gateways: &BTreeMap<ObjectKey, GatewayModel<'_>>, routes: &[(RouteModel, &HttpRoute)]) -> Snapshot {
+pub fn snapshot(
+    gateways: &BTreeMap<ObjectKey, GatewayModel<'_>>,
+    routes: &[(RouteModel, &HttpRoute)],
+) -> Snapshot {
     let mut snapshot = Snapshot::default();
     for model in gateways.values() {
         let Ok(ip) = model.address else { continue };
@@ -24,11 +27,17 @@ pub fn snapshot(gateways: &BTreeMap<ObjectKey, GatewayModel<'_>>, routes: &[(Rou
         let mut ports: BTreeMap<u16, (Vec<Arc<str>>, RouteTableBuilder)> = BTreeMap::new();
         let mut actions: HashMap<usize, Vec<Arc<RuleAction>>> = HashMap::new();
         for listener in model.listeners.iter().filter(|l| l.usable()) {
-            let Some(port) = listener.port() else { continue };
-            let (sections, builder) = ports.entry(port).or_insert_with(|| (Vec::new(), RouteTable::builder()));
+            let Some(port) = listener.port() else {
+                continue;
+            };
+            let (sections, builder) = ports
+                .entry(port)
+                .or_insert_with(|| (Vec::new(), RouteTable::builder()));
             sections.push(listener.spec.name.as_str().into());
             for att in &listener.attachments {
-                let Some((route, _)) = routes.get(att.route) else { continue };
+                let Some((route, _)) = routes.get(att.route) else {
+                    continue;
+                };
                 let acts = actions
                     .entry(att.route)
                     .or_insert_with(|| rule_actions(&gateway, route));

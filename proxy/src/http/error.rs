@@ -11,8 +11,6 @@ use super::Body;
 /// (invalid backend), or the upstream (no endpoints, connect or protocol failure).
 #[derive(Debug, thiserror::Error)]
 pub enum ProxyError {
-    #[error("no listener is configured for this socket")]
-    NoListener,
     #[error("no route matches the request's host and path")]
     NoRoute,
     #[error("the route's backend is invalid")]
@@ -30,7 +28,7 @@ pub enum ProxyError {
 impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
-            ProxyError::NoListener | ProxyError::NoRoute => StatusCode::NOT_FOUND,
+            ProxyError::NoRoute => StatusCode::NOT_FOUND,
             ProxyError::InvalidBackend => StatusCode::INTERNAL_SERVER_ERROR,
             ProxyError::NoEndpoints | ProxyError::UpstreamConnect(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
@@ -42,7 +40,7 @@ impl ProxyError {
 
     fn body(&self) -> &'static str {
         match self {
-            ProxyError::NoListener | ProxyError::NoRoute => "no route\n",
+            ProxyError::NoRoute => "no route\n",
             ProxyError::InvalidBackend => "invalid backend\n",
             ProxyError::NoEndpoints => "no healthy upstream\n",
             ProxyError::UpstreamConnect(_) => "upstream connect error\n",
@@ -58,7 +56,9 @@ impl ProxyError {
 
 /// A response the proxy makes itself, from static text.
 pub fn local_response(status: StatusCode, body: &'static str) -> Response<Body> {
-    let mut resp = Response::new(Either::Right(Full::new(Bytes::from_static(body.as_bytes()))));
+    let mut resp = Response::new(Either::Right(Full::new(Bytes::from_static(
+        body.as_bytes(),
+    ))));
     *resp.status_mut() = status;
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

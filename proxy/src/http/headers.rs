@@ -1,7 +1,9 @@
 //! Header rules at the proxy boundary: hop-by-hop headers never cross, and the
 //! forwarding headers say who the client was.
 
-use http::header::{CONNECTION, HeaderMap, HeaderName, HeaderValue, TE, TRANSFER_ENCODING, UPGRADE};
+use http::header::{
+    CONNECTION, HeaderMap, HeaderName, HeaderValue, TE, TRANSFER_ENCODING, UPGRADE,
+};
 
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");

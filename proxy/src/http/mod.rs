@@ -85,30 +85,26 @@ pub async fn handle(
     if req.uri().path() == READYZ_PATH {
         return Ok(readyz(&state));
     }
-    let (action, stats) = match route(&state, &conn, &req) {
-        Ok(action) => {
-            let stats = action.stats.clone();
-            (Some(action), stats)
-        }
-        Err((err, stats)) => {
-            let resp = err.into_response();
-            if let Some(stats) = stats {
+    let action = match route(&state, &conn, &req) {
+        Ok(action) => action,
+        Err(unrouted) => {
+            let resp = ProxyError::NoRoute.into_response();
+            if let Some(stats) = unrouted {
                 stats.record(resp.status().as_u16(), started.elapsed());
             }
             return Ok(resp);
         }
     };
-    let resp = match action {
-        Some(action) => match forward(&state, &conn, &action, req).await {
-            Ok(resp) => resp,
-            Err(err) => {
-                tracing::debug!(route = %action.route, error = %err, "request failed");
-                err.into_response()
-            }
-        },
-        None => ProxyError::NoRoute.into_response(),
+    let resp = match forward(&state, &conn, &action, req).await {
+        Ok(resp) => resp,
+        Err(err) => {
+            tracing::debug!(route = %action.route, error = %err, "request failed");
+            err.into_response()
+        }
     };
-    stats.record(resp.status().as_u16(), started.elapsed());
+    action
+        .stats
+        .record(resp.status().as_u16(), started.elapsed());
     Ok(resp)
 }
 
@@ -120,19 +116,26 @@ fn readyz(state: &ProxyState) -> Response<Body> {
     }
 }
 
-type RouteResult = Result<Arc<RuleAction>, (ProxyError, Option<RouteStats>)>;
-
-/// Finds the rule for a request in the current Snapshot.
-fn route(state: &ProxyState, conn: &ConnInfo, req: &Request<Incoming>) -> RouteResult {
+/// Finds the rule for a request in the current Snapshot. When nothing matches, returns
+/// the listener's counter for unrouted requests (none if the socket has no listener).
+fn route(
+    state: &ProxyState,
+    conn: &ConnInfo,
+    req: &Request<Incoming>,
+) -> Result<Arc<RuleAction>, Option<RouteStats>> {
     let snapshot = state.snapshot.load();
     let Some(listener) = snapshot.listener(&conn.local) else {
-        return Err((ProxyError::NoListener, None));
+        return Err(None);
     };
     let authority = req
         .uri()
         .authority()
         .map(|a| a.as_str())
-        .or_else(|| req.headers().get(header::HOST).and_then(|h| h.to_str().ok()))
+        .or_else(|| {
+            req.headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+        })
         .unwrap_or("");
     let entry = listener.routes.virtual_host(authority).and_then(|vh| {
         vh.find(
@@ -144,7 +147,7 @@ fn route(state: &ProxyState, conn: &ConnInfo, req: &Request<Incoming>) -> RouteR
     });
     match entry {
         Some(e) => Ok(Arc::clone(&e.action)),
-        None => Err((ProxyError::NoRoute, Some(listener.unrouted.clone()))),
+        None => Err(Some(listener.unrouted.clone())),
     }
 }
 
@@ -180,12 +183,17 @@ async fn forward(
             .cloned()
             .unwrap_or_else(|| PathAndQuery::from_static("/")),
     );
-    parts.uri = Uri::from_parts(uri).map_err(|_| ProxyError::BadRequest("invalid request target\n"))?;
+    parts.uri =
+        Uri::from_parts(uri).map_err(|_| ProxyError::BadRequest("invalid request target\n"))?;
     parts.version = Version::HTTP_11;
     headers::strip_hop_by_hop(&mut parts.headers);
     headers::add_forwarded(&mut parts.headers, &conn.client_ip, "http");
 
-    match state.upstream.request(Request::from_parts(parts, body)).await {
+    match state
+        .upstream
+        .request(Request::from_parts(parts, body))
+        .await
+    {
         Ok(resp) => {
             let (mut parts, body) = resp.into_parts();
             headers::strip_hop_by_hop(&mut parts.headers);

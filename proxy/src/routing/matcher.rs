@@ -85,7 +85,13 @@ impl Default for RequestMatch {
 }
 
 impl RequestMatch {
-    pub fn matches(&self, method: &Method, path: &str, query: Option<&str>, headers: &HeaderMap) -> bool {
+    pub fn matches(
+        &self,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+        headers: &HeaderMap,
+    ) -> bool {
         if self.method.as_ref().is_some_and(|m| m != method) {
             return false;
         }

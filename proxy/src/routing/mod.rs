@@ -63,7 +63,13 @@ pub struct VirtualHost {
 }
 
 impl VirtualHost {
-    pub fn find(&self, method: &Method, path: &str, query: Option<&str>, headers: &HeaderMap) -> Option<&RouteEntry> {
+    pub fn find(
+        &self,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+        headers: &HeaderMap,
+    ) -> Option<&RouteEntry> {
         self.entries
             .iter()
             .find(|e| e.matcher.matches(method, path, query, headers))

@@ -34,9 +34,18 @@ fn find<'a>(t: &'a RouteTable, host: &str, path: &str) -> Option<&'a str> {
 #[test]
 fn exact_host_beats_wildcard_and_longer_wildcard_beats_shorter() {
     let mut b = RouteTable::builder();
-    b.add(Some("foo.example.com"), entry("exact", PathMatch::prefix("/"), 0));
-    b.add(Some("*.example.com"), entry("wild", PathMatch::prefix("/"), 0));
-    b.add(Some("*.b.example.com"), entry("longer-wild", PathMatch::prefix("/"), 0));
+    b.add(
+        Some("foo.example.com"),
+        entry("exact", PathMatch::prefix("/"), 0),
+    );
+    b.add(
+        Some("*.example.com"),
+        entry("wild", PathMatch::prefix("/"), 0),
+    );
+    b.add(
+        Some("*.b.example.com"),
+        entry("longer-wild", PathMatch::prefix("/"), 0),
+    );
     b.add(None, entry("any", PathMatch::prefix("/"), 0));
     let t = b.build();
     assert_eq!(find(&t, "FOO.example.com:8080", "/"), Some("exact"));
