@@ -7,6 +7,7 @@ use std::fmt;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
+use gateway_api::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -50,6 +51,7 @@ pub enum Object {
     GatewayClass(Box<GatewayClass>),
     Gateway(Box<Gateway>),
     HttpRoute(Box<HttpRoute>),
+    ReferenceGrant(Box<ReferenceGrant>),
     Service(Box<Service>),
     EndpointSlice(Box<EndpointSlice>),
     Namespace(Box<Namespace>),
@@ -61,6 +63,7 @@ impl Object {
             Object::GatewayClass(o) => &o.metadata,
             Object::Gateway(o) => &o.metadata,
             Object::HttpRoute(o) => &o.metadata,
+            Object::ReferenceGrant(o) => &o.metadata,
             Object::Service(o) => &o.metadata,
             Object::EndpointSlice(o) => &o.metadata,
             Object::Namespace(o) => &o.metadata,
@@ -72,6 +75,7 @@ impl Object {
             Object::GatewayClass(_) => "GatewayClass",
             Object::Gateway(_) => "Gateway",
             Object::HttpRoute(_) => "HTTPRoute",
+            Object::ReferenceGrant(_) => "ReferenceGrant",
             Object::Service(_) => "Service",
             Object::EndpointSlice(_) => "EndpointSlice",
             Object::Namespace(_) => "Namespace",
@@ -84,6 +88,7 @@ pub struct Store {
     pub gateway_classes: BTreeMap<String, GatewayClass>,
     pub gateways: BTreeMap<ObjectKey, Gateway>,
     pub http_routes: BTreeMap<ObjectKey, HttpRoute>,
+    pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
     pub services: BTreeMap<ObjectKey, Service>,
     pub endpoint_slices: BTreeMap<ObjectKey, EndpointSlice>,
     pub namespaces: BTreeMap<String, Namespace>,
@@ -120,6 +125,10 @@ impl Store {
                 let key = defaulted(&mut o.metadata);
                 self.http_routes.insert(key, *o);
             }
+            Object::ReferenceGrant(mut o) => {
+                let key = defaulted(&mut o.metadata);
+                self.reference_grants.insert(key, *o);
+            }
             Object::Service(mut o) => {
                 let key = defaulted(&mut o.metadata);
                 self.services.insert(key, *o);
@@ -133,6 +142,35 @@ impl Store {
                 self.namespaces.insert(name, *o);
             }
         }
+    }
+
+    /// Does a ReferenceGrant in `to_namespace` let a `from_kind` in `from_namespace`
+    /// refer to the `to_group`/`to_kind` object named `to_name`?
+    pub fn reference_granted(
+        &self,
+        from_kind: &str,
+        from_namespace: &str,
+        to_group: &str,
+        to_kind: &str,
+        to_namespace: &str,
+        to_name: &str,
+    ) -> bool {
+        self.reference_grants
+            .range(ObjectKey::new(to_namespace, "")..)
+            .take_while(|(k, _)| k.namespace == to_namespace)
+            .any(|(_, grant)| {
+                let from_ok = grant.spec.from.iter().any(|f| {
+                    f.group == "gateway.networking.k8s.io"
+                        && f.kind == from_kind
+                        && f.namespace == from_namespace
+                });
+                let to_ok = grant.spec.to.iter().any(|t| {
+                    t.group == to_group
+                        && t.kind == to_kind
+                        && t.name.as_deref().is_none_or(|n| n == to_name)
+                });
+                from_ok && to_ok
+            })
     }
 
     /// Labels of a namespace; a namespace the Store has never seen has none except the

@@ -58,8 +58,11 @@ impl<'s> BackendResolver<'s> {
         }
     }
 
+    /// Resolves a backendRef of a `from_kind` route (e.g. `HTTPRoute`) in
+    /// `route_namespace`. Cross-namespace references need a ReferenceGrant.
     pub fn resolve(
         &mut self,
+        from_kind: &str,
         route_namespace: &str,
         r: &BackendRefSpec<'_>,
     ) -> Result<Arc<Backend>, RefProblem> {
@@ -72,9 +75,16 @@ impl<'s> BackendResolver<'s> {
             });
         }
         let namespace = r.namespace.unwrap_or(route_namespace);
-        if namespace != route_namespace {
-            // ReferenceGrant support lands with the full HTTPRoute semantics; until then
-            // a cross-namespace reference is never allowed.
+        if namespace != route_namespace
+            && !self.store.reference_granted(
+                from_kind,
+                route_namespace,
+                "",
+                "Service",
+                namespace,
+                r.name,
+            )
+        {
             return Err(RefProblem {
                 reason: "RefNotPermitted",
                 message: format!(

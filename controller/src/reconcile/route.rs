@@ -96,7 +96,7 @@ pub fn compile(
                 namespace: b.namespace.as_deref(),
                 port: b.port,
             };
-            let resolved = resolver.resolve(&model.key.namespace, &spec);
+            let resolved = resolver.resolve("HTTPRoute", &model.key.namespace, &spec);
             if let (Err(p), Ok(())) = (&resolved, &model.refs) {
                 model.refs = Err(p.clone());
             }

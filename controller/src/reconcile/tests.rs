@@ -175,3 +175,40 @@ fn reconcile_is_deterministic() {
     let dump = |o: &Outcome| serde_json::to_string(&o.snapshot).unwrap_or_default();
     assert_eq!(dump(&a), dump(&b));
 }
+
+#[test]
+fn cross_namespace_backends_need_a_reference_grant() {
+    let route = r#"apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: edge}
+spec:
+  parentRefs: [{name: gw}]
+  rules: [{backendRefs: [{name: echo, namespace: apps, port: 80}]}]
+"#;
+    let resolved = |o: &Outcome| {
+        let r = &o.statuses.http_routes[&ObjectKey::new("edge", "r")].status;
+        let (status, reason) = condition(&r.parents[0].conditions, "ResolvedRefs");
+        (status.to_owned(), reason.to_owned())
+    };
+    assert_eq!(
+        resolved(&outcome(route)),
+        ("False".into(), "RefNotPermitted".into())
+    );
+    let grant = r#"---
+apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: allow-edge, namespace: apps}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: edge}]
+  to: [{group: "", kind: Service}]
+"#;
+    assert_eq!(
+        resolved(&outcome(&format!("{route}{grant}"))),
+        ("True".into(), "ResolvedRefs".into())
+    );
+    let wrong_name = grant.replace("kind: Service}", "kind: Service, name: other}");
+    assert_eq!(
+        resolved(&outcome(&format!("{route}{wrong_name}"))),
+        ("False".into(), "RefNotPermitted".into())
+    );
+}
