@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use http::uri::Authority;
 use serde::{Serialize, Serializer};
 
+use crate::filters::Filters;
+
 /// One upstream endpoint, with its authority pre-rendered so a request never formats it.
 #[derive(Debug, Clone)]
 pub struct Endpoint {
@@ -79,6 +81,9 @@ pub enum BackendTarget {
 pub struct WeightedBackend {
     pub weight: u32,
     pub target: BackendTarget,
+    /// Filters of this backendRef, applied after the rule's.
+    #[serde(skip_serializing_if = "Filters::is_empty")]
+    pub filters: Filters,
 }
 
 /// A rule's backendRefs with their weights.
@@ -91,7 +96,7 @@ pub struct BackendSet {
 /// The outcome of choosing among a rule's backends.
 #[derive(Debug)]
 pub enum Pick<'a> {
-    Endpoint(&'a Backend, &'a Endpoint),
+    Endpoint(&'a WeightedBackend, &'a Backend, &'a Endpoint),
     /// The chosen Service has no ready endpoint.
     NoEndpoints(&'a Backend),
     /// The chosen backendRef is invalid, or every weight is zero.
@@ -136,7 +141,7 @@ impl BackendSet {
         match &chosen.target {
             BackendTarget::Invalid { .. } => Pick::Invalid,
             BackendTarget::Service(backend) => match backend.pick() {
-                Some(ep) => Pick::Endpoint(backend, ep),
+                Some(ep) => Pick::Endpoint(chosen, backend, ep),
                 None => Pick::NoEndpoints(backend),
             },
         }
@@ -171,19 +176,22 @@ mod tests {
             WeightedBackend {
                 weight: 3,
                 target: BackendTarget::Service(backend("a", &[1])),
+                filters: Filters::default(),
             },
             WeightedBackend {
                 weight: 1,
                 target: BackendTarget::Service(backend("b", &[2])),
+                filters: Filters::default(),
             },
             WeightedBackend {
                 weight: 0,
                 target: BackendTarget::Service(backend("c", &[3])),
+                filters: Filters::default(),
             },
         ]);
         let mut counts = [0u32; 4];
         for _ in 0..4000 {
-            if let Pick::Endpoint(_, ep) = set.pick() {
+            if let Pick::Endpoint(_, _, ep) = set.pick() {
                 counts[ep.addr.port() as usize] += 1;
             }
         }
@@ -200,11 +208,13 @@ mod tests {
             target: BackendTarget::Invalid {
                 reason: "missing".into(),
             },
+            filters: Filters::default(),
         }]);
         assert!(matches!(set.pick(), Pick::Invalid));
         let set = BackendSet::new(vec![WeightedBackend {
             weight: 1,
             target: BackendTarget::Service(backend("a", &[])),
+            filters: Filters::default(),
         }]);
         assert!(matches!(set.pick(), Pick::NoEndpoints(_)));
         assert!(matches!(BackendSet::default().pick(), Pick::Invalid));

@@ -89,3 +89,14 @@ pub fn no_conflicts(generation: i64) -> Condition {
 pub fn conflicted(generation: i64, reason: &str, message: impl Into<String>) -> Condition {
     condition("Conflicted", true, reason, message, generation)
 }
+
+/// Some rules of a route can't be served; the others are.
+pub fn partially_invalid(generation: i64, why: &str) -> Condition {
+    condition(
+        "PartiallyInvalid",
+        true,
+        "UnsupportedValue",
+        format!("some rules are not served and answer 500: {why}"),
+        generation,
+    )
+}

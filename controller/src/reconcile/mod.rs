@@ -4,6 +4,7 @@
 pub mod address;
 mod backend;
 pub mod conditions;
+mod filters;
 mod gateway;
 pub mod hostname;
 mod route;

@@ -14,9 +14,12 @@ use http::{HeaderName, Method};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use regex::Regex;
 
+use aether_proxy::filters::Filters;
+
 use super::backend::{BackendRefSpec, BackendResolver, RefProblem};
 use super::conditions as cond;
-use super::gateway::{GATEWAY_GROUP, GatewayModel, Problem};
+use super::filters;
+use super::gateway::{GATEWAY_GROUP, GatewayModel};
 use super::hostname;
 use crate::store::{ObjectKey, Store};
 
@@ -26,15 +29,30 @@ pub struct RouteModel {
     pub created: i64,
     pub generation: i64,
     pub rules: Vec<RuleModel>,
-    /// Set when the route uses something this implementation can't serve.
-    pub unsupported: Option<Problem>,
     /// The first backendRef problem, if any.
     pub refs: Result<(), RefProblem>,
 }
 
+impl RouteModel {
+    /// The first reason a rule can't be served, and whether every rule has one.
+    fn rule_problem(&self) -> Option<(&str, bool)> {
+        let first = self.rules.iter().find_map(|r| r.invalid.as_deref())?;
+        Some((first, self.rules.iter().all(|r| r.invalid.is_some())))
+    }
+}
+
 pub struct RuleModel {
     pub matches: Vec<RequestMatch>,
-    pub backends: Vec<(u32, Result<Arc<Backend>, RefProblem>)>,
+    pub filters: Filters,
+    pub backends: Vec<BackendModel>,
+    /// Why this rule can't be served as written; its requests then answer 500.
+    pub invalid: Option<String>,
+}
+
+pub struct BackendModel {
+    pub weight: u32,
+    pub target: Result<Arc<Backend>, RefProblem>,
+    pub filters: Filters,
 }
 
 /// A route attached to a listener, with the hostnames it serves there.
@@ -56,37 +74,31 @@ pub fn compile(
             .map_or(0, |t| t.0.as_second()),
         generation: route.metadata.generation.unwrap_or(1),
         rules: Vec::new(),
-        unsupported: None,
         refs: Ok(()),
         key,
     };
     for rule in route.spec.rules.iter().flatten() {
-        let has_filters = rule.filters.as_ref().is_some_and(|f| !f.is_empty())
-            || rule
-                .backend_refs
-                .iter()
-                .flatten()
-                .any(|b| b.filters.as_ref().is_some_and(|f| !f.is_empty()));
-        if has_filters && model.unsupported.is_none() {
-            model.unsupported = Some((
-                "UnsupportedValue",
-                "HTTPRoute filters are not supported yet".to_owned(),
-            ));
-        }
+        let mut invalid = None;
         let mut matches = Vec::new();
         for m in rule.matches.iter().flatten() {
             match compile_match(m) {
                 Ok(m) => matches.push(m),
                 Err(why) => {
-                    if model.unsupported.is_none() {
-                        model.unsupported = Some(("UnsupportedValue", why));
-                    }
+                    invalid.get_or_insert(why);
                 }
             }
         }
         if rule.matches.as_ref().is_none_or(Vec::is_empty) {
             matches.push(RequestMatch::default());
         }
+        let prefix_only = matches
+            .iter()
+            .all(|m| matches!(m.path, PathMatch::Prefix(_)));
+        let filters = filters::compile(rule.filters.as_deref().unwrap_or_default(), prefix_only)
+            .unwrap_or_else(|why| {
+                invalid.get_or_insert(why);
+                Filters::default()
+            });
         let mut backends = Vec::new();
         for b in rule.backend_refs.iter().flatten() {
             let spec = BackendRefSpec {
@@ -96,14 +108,28 @@ pub fn compile(
                 namespace: b.namespace.as_deref(),
                 port: b.port,
             };
-            let resolved = resolver.resolve("HTTPRoute", &model.key.namespace, &spec);
-            if let (Err(p), Ok(())) = (&resolved, &model.refs) {
+            let target = resolver.resolve("HTTPRoute", &model.key.namespace, &spec);
+            if let (Err(p), Ok(())) = (&target, &model.refs) {
                 model.refs = Err(p.clone());
             }
-            let weight = u32::try_from(b.weight.unwrap_or(1)).unwrap_or(0);
-            backends.push((weight, resolved));
+            let filters =
+                filters::compile_backend(b.filters.as_deref().unwrap_or_default(), prefix_only)
+                    .unwrap_or_else(|why| {
+                        invalid.get_or_insert(why);
+                        Filters::default()
+                    });
+            backends.push(BackendModel {
+                weight: u32::try_from(b.weight.unwrap_or(1)).unwrap_or(0),
+                target,
+                filters,
+            });
         }
-        model.rules.push(RuleModel { matches, backends });
+        model.rules.push(RuleModel {
+            matches,
+            filters,
+            backends,
+            invalid,
+        });
     }
     model
 }
@@ -229,8 +255,12 @@ pub fn attach(
                 Ok(()) => cond::resolved_refs(model.generation),
                 Err(p) => cond::unresolved_refs(model.generation, p.reason, p.message.clone()),
             };
+            let mut conditions = vec![accepted, refs];
+            if let Some((why, false)) = model.rule_problem() {
+                conditions.push(cond::partially_invalid(model.generation, why));
+            }
             parents.push(HttpRouteStatusParents {
-                conditions: vec![accepted, refs],
+                conditions,
                 controller_name: controller_name.to_owned(),
                 parent_ref: HttpRouteStatusParentsParentRef {
                     group: parent.group.clone(),
@@ -258,8 +288,8 @@ fn attach_one(
     gateway: &mut GatewayModel<'_>,
 ) -> Condition {
     let generation = model.generation;
-    if let Some((reason, msg)) = &model.unsupported {
-        return cond::not_accepted(generation, reason, msg.clone());
+    if let Some((why, true)) = model.rule_problem() {
+        return cond::not_accepted(generation, "UnsupportedValue", why.to_owned());
     }
     let selected: Vec<usize> = gateway
         .listeners

@@ -212,3 +212,54 @@ spec:
         ("False".into(), "RefNotPermitted".into())
     );
 }
+
+#[test]
+fn filters_compile_and_bad_rules_answer_500_without_taking_the_route_down() {
+    let out = outcome(
+        r#"apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: edge}
+spec:
+  parentRefs: [{name: gw}]
+  hostnames: [f.example.com]
+  rules:
+  - matches: [{path: {type: PathPrefix, value: /old}}]
+    filters:
+    - type: RequestRedirect
+      requestRedirect: {scheme: https, statusCode: 301, path: {type: ReplacePrefixMatch, replacePrefixMatch: /new}}
+  - matches: [{path: {type: Exact, value: /bad}}]
+    filters:
+    - type: URLRewrite
+      urlRewrite: {path: {type: ReplacePrefixMatch, replacePrefixMatch: /x}}
+"#,
+    );
+    let r = &out.statuses.http_routes[&ObjectKey::new("edge", "r")].status;
+    let conds = &r.parents[0].conditions;
+    assert_eq!(condition(conds, "Accepted"), ("True", "Accepted"));
+    assert_eq!(
+        condition(conds, "PartiallyInvalid"),
+        ("True", "UnsupportedValue")
+    );
+    let listener = out
+        .snapshot
+        .listeners
+        .values()
+        .next()
+        .unwrap_or_else(|| panic!("no listener"));
+    let vh = listener
+        .routes
+        .virtual_host("f.example.com")
+        .unwrap_or_else(|| panic!("no vhost"));
+    let find = |path: &str| {
+        vh.find(&http::Method::GET, path, None, &http::HeaderMap::new())
+            .unwrap_or_else(|| panic!("no match for {path}"))
+    };
+    let redirect = find("/old/x").action.filters.redirect.as_ref();
+    assert_eq!(redirect.map(|r| r.status.as_u16()), Some(301));
+    // The invalid rule still matches its requests, and sends them to a 500.
+    let bad = find("/bad");
+    assert!(matches!(
+        bad.action.backends.pick(),
+        aether_proxy::backend::Pick::Invalid
+    ));
+}

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use aether_proxy::backend::{BackendSet, BackendTarget, WeightedBackend};
+use aether_proxy::filters::Filters;
 use aether_proxy::routing::{RouteEntry, RouteOrder, RouteTable, RouteTableBuilder, RuleAction};
 use aether_proxy::telemetry::RouteStats;
 use aether_proxy::{Listener, Snapshot};
@@ -79,21 +80,39 @@ fn rule_actions(gateway: &str, route: &RouteModel) -> Vec<Arc<RuleAction>> {
         .rules
         .iter()
         .map(|rule| {
-            let backends = rule
-                .backends
-                .iter()
-                .map(|(weight, resolved)| WeightedBackend {
-                    weight: *weight,
-                    target: match resolved {
-                        Ok(b) => BackendTarget::Service(Arc::clone(b)),
-                        Err(p) => BackendTarget::Invalid {
-                            reason: p.message.as_str().into(),
+            let (filters, backends) = match &rule.invalid {
+                // An invalid rule answers 500 to the requests it matches rather than let
+                // them fall through to a rule the author did not mean.
+                Some(why) => (
+                    Filters::default(),
+                    vec![WeightedBackend {
+                        weight: 1,
+                        target: BackendTarget::Invalid {
+                            reason: why.as_str().into(),
                         },
-                    },
-                })
-                .collect();
+                        filters: Filters::default(),
+                    }],
+                ),
+                None => (
+                    rule.filters.clone(),
+                    rule.backends
+                        .iter()
+                        .map(|b| WeightedBackend {
+                            weight: b.weight,
+                            target: match &b.target {
+                                Ok(backend) => BackendTarget::Service(Arc::clone(backend)),
+                                Err(p) => BackendTarget::Invalid {
+                                    reason: p.message.as_str().into(),
+                                },
+                            },
+                            filters: b.filters.clone(),
+                        })
+                        .collect(),
+                ),
+            };
             Arc::new(RuleAction {
                 route: Arc::clone(&name),
+                filters,
                 backends: BackendSet::new(backends),
                 stats: stats.clone(),
             })

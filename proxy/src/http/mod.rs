@@ -25,6 +25,7 @@ pub use headers::{X_FORWARDED_FOR, X_FORWARDED_PROTO};
 pub use upstream::{UpstreamClient, UpstreamSettings};
 
 use crate::backend::Pick;
+use crate::filters::{Redirect, RedirectInput, scheme_str};
 use crate::routing::RuleAction;
 use crate::snapshot::Snapshot;
 use crate::telemetry::{RouteStats, upstream_connect_errors};
@@ -85,8 +86,8 @@ pub async fn handle(
     if req.uri().path() == READYZ_PATH {
         return Ok(readyz(&state));
     }
-    let action = match route(&state, &conn, &req) {
-        Ok(action) => action,
+    let routed = match route(&state, &conn, &req) {
+        Ok(routed) => routed,
         Err(unrouted) => {
             let resp = ProxyError::NoRoute.into_response();
             if let Some(stats) = unrouted {
@@ -95,7 +96,8 @@ pub async fn handle(
             return Ok(resp);
         }
     };
-    let resp = match forward(&state, &conn, &action, req).await {
+    let action = &routed.action;
+    let resp = match forward(&state, &conn, &routed, req).await {
         Ok(resp) => resp,
         Err(err) => {
             tracing::debug!(route = %action.route, error = %err, "request failed");
@@ -116,13 +118,22 @@ fn readyz(state: &ProxyState) -> Response<Body> {
     }
 }
 
+/// The rule a request matched, and what its filters need to know about the match.
+struct Routed {
+    action: Arc<RuleAction>,
+    /// Bytes of the path the rule's path match covered, for ReplacePrefixMatch.
+    matched_prefix: usize,
+    /// The Gateway listener's port, for redirects that keep it.
+    listener_port: u16,
+}
+
 /// Finds the rule for a request in the current Snapshot. When nothing matches, returns
 /// the listener's counter for unrouted requests (none if the socket has no listener).
 fn route(
     state: &ProxyState,
     conn: &ConnInfo,
     req: &Request<Incoming>,
-) -> Result<Arc<RuleAction>, Option<RouteStats>> {
+) -> Result<Routed, Option<RouteStats>> {
     let snapshot = state.snapshot.load();
     let Some(listener) = snapshot.listener(&conn.local) else {
         return Err(None);
@@ -146,23 +157,35 @@ fn route(
         )
     });
     match entry {
-        Some(e) => Ok(Arc::clone(&e.action)),
+        Some(e) => Ok(Routed {
+            action: Arc::clone(&e.action),
+            matched_prefix: e.matcher.path.matched_prefix_len(),
+            listener_port: listener.bind.port(),
+        }),
         None => Err(Some(listener.unrouted.clone())),
     }
 }
 
-/// Picks a backend endpoint and sends the request there over the pooled client.
+/// Applies the rule's filters, picks a backend endpoint and sends the request there
+/// over the pooled client.
 async fn forward(
     state: &ProxyState,
     conn: &ConnInfo,
-    action: &RuleAction,
+    routed: &Routed,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, ProxyError> {
-    let (backend, endpoint) = match action.backends.pick() {
-        Pick::Endpoint(b, e) => (b, e),
+    let action = &routed.action;
+    if let Some(redirect) = &action.filters.redirect {
+        return Ok(redirect_response(redirect, routed, &req));
+    }
+    let (chosen, backend, endpoint) = match action.backends.pick() {
+        Pick::Endpoint(c, b, e) => (c, b, e),
         Pick::NoEndpoints(_) => return Err(ProxyError::NoEndpoints),
         Pick::Invalid => return Err(ProxyError::InvalidBackend),
     };
+    if let Some(redirect) = &chosen.filters.redirect {
+        return Ok(redirect_response(redirect, routed, &req));
+    }
     let (mut parts, body) = req.into_parts();
 
     // HTTP/2 carries the host in :authority; an HTTP/1.1 upstream needs it as Host.
@@ -173,16 +196,28 @@ async fn forward(
             .map_err(|_| ProxyError::BadRequest("invalid authority\n"))?;
         parts.headers.insert(header::HOST, host);
     }
+    let mut path_and_query = parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    for filters in [&action.filters, &chosen.filters] {
+        if let Some(m) = &filters.request_headers {
+            m.apply(&mut parts.headers);
+        }
+        if let Some(rw) = &filters.rewrite {
+            if let Some(host) = &rw.hostname {
+                parts.headers.insert(header::HOST, host.clone());
+            }
+            if let Some(pq) = rw.path_and_query(&path_and_query, routed.matched_prefix) {
+                path_and_query = pq;
+            }
+        }
+    }
     let mut uri = Parts::default();
     uri.scheme = Some(Scheme::HTTP);
     uri.authority = Some(endpoint.authority.clone());
-    uri.path_and_query = Some(
-        parts
-            .uri
-            .path_and_query()
-            .cloned()
-            .unwrap_or_else(|| PathAndQuery::from_static("/")),
-    );
+    uri.path_and_query = Some(path_and_query);
     parts.uri =
         Uri::from_parts(uri).map_err(|_| ProxyError::BadRequest("invalid request target\n"))?;
     parts.version = Version::HTTP_11;
@@ -197,6 +232,11 @@ async fn forward(
         Ok(resp) => {
             let (mut parts, body) = resp.into_parts();
             headers::strip_hop_by_hop(&mut parts.headers);
+            for filters in [&chosen.filters, &action.filters] {
+                if let Some(m) = &filters.response_headers {
+                    m.apply(&mut parts.headers);
+                }
+            }
             Ok(Response::from_parts(parts, Either::Left(body)))
         }
         Err(e) if e.is_connect() => {
@@ -206,4 +246,47 @@ async fn forward(
         }
         Err(e) => Err(ProxyError::Upstream(e)),
     }
+}
+
+fn redirect_response(
+    redirect: &Redirect,
+    routed: &Routed,
+    req: &Request<Incoming>,
+) -> Response<Body> {
+    let authority = request_authority(req);
+    let host = authority
+        .rsplit_once(':')
+        .filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit()))
+        .map_or(authority, |(h, _)| h);
+    let location = redirect.location(&RedirectInput {
+        scheme: scheme_str(req.uri().scheme()),
+        host,
+        listener_port: routed.listener_port,
+        path: req.uri().path(),
+        query: req.uri().query(),
+        matched_prefix: routed.matched_prefix,
+    });
+    let mut resp = local_response(redirect.status, "");
+    match HeaderValue::try_from(location) {
+        Ok(v) => {
+            resp.headers_mut().insert(header::LOCATION, v);
+            resp
+        }
+        Err(_) => {
+            ProxyError::BadRequest("cannot build a redirect for this request\n").into_response()
+        }
+    }
+}
+
+/// The request's authority: from an absolute-form or HTTP/2 URI, else the Host header.
+fn request_authority(req: &Request<Incoming>) -> &str {
+    req.uri()
+        .authority()
+        .map(|a| a.as_str())
+        .or_else(|| {
+            req.headers()
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+        })
+        .unwrap_or("")
 }

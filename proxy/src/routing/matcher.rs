@@ -21,6 +21,15 @@ impl PathMatch {
         PathMatch::Prefix(value.trim_end_matches('/').into())
     }
 
+    /// How many leading bytes of a matching path a ReplacePrefixMatch replaces.
+    pub fn matched_prefix_len(&self) -> usize {
+        match self {
+            PathMatch::Prefix(p) => p.len(),
+            PathMatch::Exact(p) => p.len(),
+            PathMatch::Regex(_) => 0,
+        }
+    }
+
     pub fn matches(&self, path: &str) -> bool {
         match self {
             PathMatch::Exact(p) => path == &**p,

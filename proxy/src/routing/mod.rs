@@ -17,6 +17,7 @@ use serde::{Serialize, Serializer};
 pub use matcher::{HeaderMatch, PathMatch, QueryMatch, RequestMatch, ValueMatch};
 
 use crate::backend::BackendSet;
+use crate::filters::Filters;
 use crate::telemetry::RouteStats;
 
 /// What a matched rule does with the request.
@@ -24,6 +25,8 @@ use crate::telemetry::RouteStats;
 pub struct RuleAction {
     /// `namespace/name` of the HTTPRoute, for metrics and logs.
     pub route: Arc<str>,
+    #[serde(skip_serializing_if = "Filters::is_empty")]
+    pub filters: Filters,
     pub backends: BackendSet,
     #[serde(skip)]
     pub stats: RouteStats,

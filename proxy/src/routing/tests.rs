@@ -19,6 +19,7 @@ fn entry(route: &str, path: PathMatch, created: i64) -> RouteEntry {
         },
         action: Arc::new(RuleAction {
             route: route.into(),
+            filters: crate::filters::Filters::default(),
             backends: BackendSet::default(),
             stats: crate::telemetry::RouteStats::new("gw", route),
         }),
