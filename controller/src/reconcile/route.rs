@@ -262,11 +262,13 @@ pub fn attach(
             parents.push(HttpRouteStatusParents {
                 conditions,
                 controller_name: controller_name.to_owned(),
+                // Defaults filled in as the API server's CRD defaulting would, so the
+                // status reads the same in standalone and Kubernetes mode.
                 parent_ref: HttpRouteStatusParentsParentRef {
-                    group: parent.group.clone(),
-                    kind: parent.kind.clone(),
+                    group: Some(group.to_owned()),
+                    kind: Some(kind.to_owned()),
                     name: parent.name.clone(),
-                    namespace: parent.namespace.clone(),
+                    namespace: Some(gw_key.namespace.clone()),
                     port: parent.port,
                     section_name: parent.section_name.clone(),
                 },
