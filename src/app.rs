@@ -9,7 +9,7 @@ use aether_controller::Timestamp;
 use aether_controller::manifest::ManifestError;
 use aether_controller::{Settings, Statuses, reconcile};
 use aether_proxy::http::{ProxyState, UpstreamSettings};
-use aether_proxy::{ListenerManager, telemetry};
+use aether_proxy::{ListenerManager, Snapshot, telemetry};
 use anyhow::Context;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -23,6 +23,8 @@ use crate::files::{self, FileSource};
 
 /// Editors write in bursts; one reconcile per burst.
 const SETTLE: Duration = Duration::from_millis(100);
+/// How often sockets that failed to bind are tried again.
+const BIND_RETRY: Duration = Duration::from_secs(1);
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let prometheus = install_metrics()?;
@@ -49,17 +51,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         settings,
         manager: ListenerManager::new(Arc::clone(&proxy), args.drain_timeout),
         admin: Arc::clone(&admin),
-        statuses: Statuses::default(),
         generation: 0,
+        current: None,
+        statuses: Statuses::default(),
     };
     control.reload().await?;
 
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
+    let mut bind_retry = tokio::time::interval(BIND_RETRY);
     loop {
         tokio::select! {
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
+            _ = bind_retry.tick() => control.retry_binds(),
             tick = changes.recv() => {
                 if tick.is_none() { break; }
                 if let Err(e) = control.reload().await {
@@ -100,11 +105,23 @@ struct Control {
     settings: Settings,
     manager: ListenerManager,
     admin: Arc<AdminState>,
-    statuses: Statuses,
     generation: u64,
+    /// The last reconcile, kept to re-publish when a failed bind is retried.
+    current: Option<Published>,
+    /// Statuses as last published, for carrying condition transition times.
+    statuses: Statuses,
+}
+
+/// What the last reconcile produced, before bind results were folded in.
+struct Published {
+    snapshot: Arc<Snapshot>,
+    statuses: Statuses,
+    errors: Vec<ManifestError>,
+    bind_failures: usize,
 }
 
 impl Control {
+    /// Re-reads the manifests, reconciles, and publishes the result.
     async fn reload(&mut self) -> anyhow::Result<()> {
         let mut source = std::mem::replace(&mut self.source, FileSource::new(Vec::new()));
         let settings = self.settings.clone();
@@ -121,26 +138,48 @@ impl Control {
         self.generation += 1;
         let mut snapshot = outcome.snapshot;
         snapshot.generation = self.generation;
-        let snapshot = Arc::new(snapshot);
-        let failures = self.manager.apply(Arc::clone(&snapshot));
-        let mut statuses = outcome.statuses;
-        statuses.mark_bind_failures(&snapshot, &failures);
+        counter!("aether_config_reloads_total", "result" => if errors.is_empty() { "ok" } else { "partial" }).increment(1);
+        gauge!("aether_config_generation").set(self.generation as f64);
+        self.current = Some(Published {
+            snapshot: Arc::new(snapshot),
+            statuses: outcome.statuses,
+            errors,
+            bind_failures: 0,
+        });
+        self.publish();
+        Ok(())
+    }
+
+    /// Brings listeners in line with the current Snapshot and publishes the statuses,
+    /// with any sockets that could not be bound marked on their listeners.
+    fn publish(&mut self) {
+        let Some(current) = self.current.as_mut() else {
+            return;
+        };
+        let failures = self.manager.apply(Arc::clone(&current.snapshot));
+        let mut statuses = current.statuses.clone();
+        statuses.mark_bind_failures(&current.snapshot, &failures);
         statuses.carry_transition_times(&self.statuses, Timestamp::now());
         self.admin
             .status
-            .store(Arc::new(render_status(&statuses, &errors)));
-        self.statuses = statuses;
-
-        counter!("aether_config_reloads_total", "result" => if errors.is_empty() { "ok" } else { "partial" }).increment(1);
-        gauge!("aether_config_generation").set(self.generation as f64);
+            .store(Arc::new(render_status(&statuses, &current.errors)));
         tracing::info!(
             generation = self.generation,
-            listeners = snapshot.listeners.len(),
-            errors = errors.len(),
+            listeners = current.snapshot.listeners.len(),
+            errors = current.errors.len(),
             bind_failures = failures.len(),
             "configuration applied"
         );
-        Ok(())
+        current.bind_failures = failures.len();
+        self.statuses = statuses;
+    }
+
+    /// Sockets that failed to bind (typically a port still held by another process)
+    /// are retried until they bind or the configuration stops asking for them.
+    fn retry_binds(&mut self) {
+        if self.current.as_ref().is_some_and(|c| c.bind_failures > 0) {
+            self.publish();
+        }
     }
 }
 

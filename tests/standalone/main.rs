@@ -7,6 +7,7 @@
 #[macro_use]
 mod common;
 
+mod conflicts;
 mod gateways;
 mod metrics;
 mod reload;
