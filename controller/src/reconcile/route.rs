@@ -8,7 +8,8 @@ use aether_proxy::routing::{HeaderMatch, PathMatch, QueryMatch, RequestMatch, Va
 use gateway_api::httproutes::{
     HttpRoute, HttpRouteParentRefs, HttpRouteRulesMatches, HttpRouteRulesMatchesHeadersType,
     HttpRouteRulesMatchesMethod, HttpRouteRulesMatchesPathType,
-    HttpRouteRulesMatchesQueryParamsType, HttpRouteStatusParents, HttpRouteStatusParentsParentRef,
+    HttpRouteRulesMatchesQueryParamsType, HttpRouteRulesTimeouts, HttpRouteStatusParents,
+    HttpRouteStatusParentsParentRef,
 };
 use http::{HeaderName, Method};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -43,6 +44,7 @@ impl RouteModel {
 
 pub struct RuleModel {
     pub matches: Vec<RequestMatch>,
+    pub timeout: Option<std::time::Duration>,
     pub filters: Filters,
     pub backends: Vec<BackendModel>,
     /// Why this rule can't be served as written; its requests then answer 500.
@@ -124,14 +126,47 @@ pub fn compile(
                 filters,
             });
         }
+        let timeout = rule_timeout(rule.timeouts.as_ref()).unwrap_or_else(|why| {
+            invalid.get_or_insert(why);
+            None
+        });
         model.rules.push(RuleModel {
             matches,
+            timeout,
             filters,
             backends,
             invalid,
         });
     }
     model
+}
+
+/// The effective upstream deadline of a rule: the shorter of `request` and
+/// `backendRequest` (equal without retries); zero means none, as the spec says.
+fn rule_timeout(t: Option<&HttpRouteRulesTimeouts>) -> Result<Option<std::time::Duration>, String> {
+    let Some(t) = t else { return Ok(None) };
+    let parse = |v: Option<&str>| -> Result<Option<std::time::Duration>, String> {
+        let Some(v) = v else { return Ok(None) };
+        let d: gateway_api::Duration = v
+            .parse()
+            .map_err(|e| format!("invalid timeout {v:?}: {e}"))?;
+        Ok((!d.is_zero()).then(|| {
+            std::time::Duration::from_nanos(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        }))
+    };
+    let request = parse(t.request.as_deref())?;
+    let backend = parse(t.backend_request.as_deref())?;
+    if let (Some(r), Some(b)) = (request, backend)
+        && b > r
+    {
+        return Err(format!(
+            "backendRequest timeout {b:?} exceeds the request timeout {r:?}"
+        ));
+    }
+    Ok(match (request, backend) {
+        (Some(r), Some(b)) => Some(r.min(b)),
+        (r, b) => r.or(b),
+    })
 }
 
 fn compile_match(m: &HttpRouteRulesMatches) -> Result<RequestMatch, String> {

@@ -114,6 +114,7 @@ fn rule_actions(gateway: &str, route: &RouteModel) -> Vec<Arc<RuleAction>> {
                 route: Arc::clone(&name),
                 filters,
                 backends: BackendSet::new(backends),
+                timeout: rule.timeout,
                 stats: stats.clone(),
             })
         })

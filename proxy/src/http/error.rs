@@ -21,6 +21,8 @@ pub enum ProxyError {
     UpstreamConnect(#[source] hyper_util::client::legacy::Error),
     #[error("the upstream request failed: {0}")]
     Upstream(#[source] hyper_util::client::legacy::Error),
+    #[error("the upstream did not answer within the route's timeout")]
+    Timeout,
     #[error("the request could not be forwarded: {0}")]
     BadRequest(&'static str),
 }
@@ -34,6 +36,7 @@ impl ProxyError {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             ProxyError::Upstream(_) => StatusCode::BAD_GATEWAY,
+            ProxyError::Timeout => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
         }
     }
@@ -45,6 +48,7 @@ impl ProxyError {
             ProxyError::NoEndpoints => "no healthy upstream\n",
             ProxyError::UpstreamConnect(_) => "upstream connect error\n",
             ProxyError::Upstream(_) => "upstream request failed\n",
+            ProxyError::Timeout => "upstream request timeout\n",
             ProxyError::BadRequest(msg) => msg,
         }
     }

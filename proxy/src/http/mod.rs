@@ -224,11 +224,15 @@ async fn forward(
     headers::strip_hop_by_hop(&mut parts.headers);
     headers::add_forwarded(&mut parts.headers, &conn.client_ip, "http");
 
-    match state
-        .upstream
-        .request(Request::from_parts(parts, body))
-        .await
-    {
+    let sent = state.upstream.request(Request::from_parts(parts, body));
+    let result = match action.timeout {
+        // Dropping the request future on expiry cancels the upstream request.
+        Some(t) => tokio::time::timeout(t, sent)
+            .await
+            .map_err(|_| ProxyError::Timeout)?,
+        None => sent.await,
+    };
+    match result {
         Ok(resp) => {
             let (mut parts, body) = resp.into_parts();
             headers::strip_hop_by_hop(&mut parts.headers);

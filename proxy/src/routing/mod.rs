@@ -28,6 +28,9 @@ pub struct RuleAction {
     #[serde(skip_serializing_if = "Filters::is_empty")]
     pub filters: Filters,
     pub backends: BackendSet,
+    /// Deadline for the upstream response headers (the rule's `timeouts`); the upstream
+    /// request is cancelled and the client gets 504 when it passes.
+    pub timeout: Option<std::time::Duration>,
     #[serde(skip)]
     pub stats: RouteStats,
 }

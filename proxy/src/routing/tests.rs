@@ -21,6 +21,7 @@ fn entry(route: &str, path: PathMatch, created: i64) -> RouteEntry {
             route: route.into(),
             filters: crate::filters::Filters::default(),
             backends: BackendSet::default(),
+            timeout: None,
             stats: crate::telemetry::RouteStats::new("gw", route),
         }),
     }
