@@ -1,6 +1,8 @@
 //! `aether-edge echo`: answers every request with JSON describing what it received, in
 //! the spirit of the Gateway API conformance echo server. A request header
 //! `x-echo-delay-ms: N` delays the answer by N ms (capped at 60 s), for drain tests.
+//! A request with an `Upgrade` header gets `101 Switching Protocols` with the same
+//! token, then every byte sent on the upgraded connection comes back.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -49,7 +51,7 @@ pub async fn serve(listener: TcpListener, name: Arc<str>) {
         };
         let name = Arc::clone(&name);
         let conn = builder
-            .serve_connection(
+            .serve_connection_with_upgrades(
                 TokioIo::new(stream),
                 service_fn(move |req| answer(Arc::clone(&name), req)),
             )
@@ -64,8 +66,30 @@ pub async fn serve(listener: TcpListener, name: Arc<str>) {
 
 async fn answer(
     name: Arc<str>,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
+    if let Some(proto) = req.headers().get(header::UPGRADE).cloned() {
+        let upgraded = hyper::upgrade::on(&mut req);
+        tokio::spawn(async move {
+            match upgraded.await {
+                Ok(io) => {
+                    let (mut rd, mut wr) = tokio::io::split(TokioIo::new(io));
+                    if let Err(e) = tokio::io::copy(&mut rd, &mut wr).await {
+                        tracing::debug!(error = %e, "echo upgrade stream ended");
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "echo upgrade failed"),
+            }
+        });
+        let mut resp = Response::new(Full::new(Bytes::new()));
+        *resp.status_mut() = http::StatusCode::SWITCHING_PROTOCOLS;
+        resp.headers_mut().insert(header::UPGRADE, proto);
+        resp.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("upgrade"),
+        );
+        return Ok(resp);
+    }
     let delay = req
         .headers()
         .get("x-echo-delay-ms")

@@ -167,7 +167,7 @@ async fn serve(
         let state = Arc::clone(&state);
         let svc = service_fn(move |req| handle(Arc::clone(&state), Arc::clone(&conn_info), req));
         let conn = builder
-            .serve_connection(TokioIo::new(stream), svc)
+            .serve_connection_with_upgrades(TokioIo::new(stream), svc)
             .into_owned();
         let conn = graceful.watch(conn);
         let active = active.clone();

@@ -7,6 +7,7 @@
 #[macro_use]
 mod common;
 
+mod cases;
 mod conflicts;
 mod gateways;
 mod metrics;
@@ -14,3 +15,4 @@ mod reload;
 mod routing;
 mod shutdown;
 mod status;
+mod upgrade;

@@ -339,14 +339,13 @@ fn attach_one(
                 .is_none_or(|s| *s == l.spec.name)
         })
         .filter(|(_, l)| parent.port.is_none_or(|p| p == l.spec.port))
-        .filter(|(_, l)| l.usable())
         .map(|(i, _)| i)
         .collect();
     if selected.is_empty() {
         return cond::not_accepted(
             generation,
             "NoMatchingParent",
-            "no valid listener matches the parentRef's sectionName and port",
+            "no listener matches the parentRef's sectionName and port",
         );
     }
     let gw_ns = gateway.key.namespace.clone();
@@ -359,6 +358,19 @@ fn attach_one(
             generation,
             "NotAllowedByListeners",
             "the listeners' allowedRoutes do not admit this route",
+        );
+    }
+    // Routes attach only where traffic can be served; a conflicted or invalid listener
+    // keeps its own conditions and takes no routes.
+    let allowed: Vec<usize> = allowed
+        .into_iter()
+        .filter(|&i| gateway.listeners[i].usable())
+        .collect();
+    if allowed.is_empty() {
+        return cond::not_accepted(
+            generation,
+            "NoMatchingParent",
+            "the listeners this parentRef selects are not valid; see the Gateway's listener conditions",
         );
     }
     let route_hosts = route.spec.hostnames.as_deref().unwrap_or_default();

@@ -5,6 +5,7 @@
 
 mod error;
 mod headers;
+mod upgrade;
 mod upstream;
 
 use std::convert::Infallible;
@@ -172,7 +173,7 @@ async fn forward(
     state: &ProxyState,
     conn: &ConnInfo,
     routed: &Routed,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Result<Response<Body>, ProxyError> {
     let action = &routed.action;
     if let Some(redirect) = &action.filters.redirect {
@@ -186,6 +187,14 @@ async fn forward(
     if let Some(redirect) = &chosen.filters.redirect {
         return Ok(redirect_response(redirect, routed, &req));
     }
+    let upgrade = if upgrade::requested(&req) {
+        req.headers()
+            .get(header::UPGRADE)
+            .cloned()
+            .map(|proto| (proto, hyper::upgrade::on(&mut req)))
+    } else {
+        None
+    };
     let (mut parts, body) = req.into_parts();
 
     // HTTP/2 carries the host in :authority; an HTTP/1.1 upstream needs it as Host.
@@ -223,6 +232,10 @@ async fn forward(
     parts.version = Version::HTTP_11;
     headers::strip_hop_by_hop(&mut parts.headers);
     headers::add_forwarded(&mut parts.headers, &conn.client_ip, "http");
+    let (upgrade_proto, downstream_upgrade) = upgrade.unzip();
+    if let Some(proto) = &upgrade_proto {
+        upgrade::restore_headers(&mut parts.headers, proto.clone());
+    }
 
     let sent = state.upstream.request(Request::from_parts(parts, body));
     let result = match action.timeout {
@@ -233,9 +246,17 @@ async fn forward(
         None => sent.await,
     };
     match result {
-        Ok(resp) => {
+        Ok(mut resp) => {
+            let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
+            let upgraded_to = resp.headers().get(header::UPGRADE).cloned();
+            if let (true, Some(down)) = (switching, downstream_upgrade) {
+                upgrade::tunnel(down, &mut resp);
+            }
             let (mut parts, body) = resp.into_parts();
             headers::strip_hop_by_hop(&mut parts.headers);
+            if let (true, Some(proto)) = (switching, upgraded_to) {
+                upgrade::restore_headers(&mut parts.headers, proto);
+            }
             for filters in [&chosen.filters, &action.filters] {
                 if let Some(m) = &filters.response_headers {
                     m.apply(&mut parts.headers);

@@ -16,6 +16,7 @@ use super::*;
 #[derive(Debug)]
 pub struct Resp {
     pub status: StatusCode,
+    pub headers: http::HeaderMap,
     pub body: Bytes,
 }
 
@@ -94,6 +95,7 @@ async fn read_resp(resp: http::Response<hyper::body::Incoming>) -> Result<Resp, 
         .to_bytes();
     Ok(Resp {
         status: parts.status,
+        headers: parts.headers,
         body,
     })
 }

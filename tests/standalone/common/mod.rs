@@ -44,15 +44,17 @@ pub const LISTENER_PORT: u16 = 8080;
 // Per-test network and environment
 // ---------------------------------------------------------------------------------------
 
-/// The loopback network 127.77.k.0/24 owned by test k.
+/// The loopback network 127.77.k.0/24 owned by test k (127.`b`.k.0/24 in general: the
+/// conformance cases use `b` = 78).
 #[derive(Debug, Clone, Copy)]
 pub struct Net {
+    pub b: u8,
     pub k: u8,
 }
 
 impl Net {
     pub fn ip(&self, host: u8) -> Ipv4Addr {
-        Ipv4Addr::new(127, 77, self.k, host)
+        Ipv4Addr::new(127, self.b, self.k, host)
     }
     pub fn ip_str(&self, host: u8) -> String {
         self.ip(host).to_string()
@@ -76,7 +78,7 @@ impl Net {
         IpAddr::V4(self.ip(100))
     }
     pub fn pool(&self) -> String {
-        format!("127.77.{}.0/28", self.k)
+        format!("127.{}.{}.0/28", self.b, self.k)
     }
     /// The explicit Gateway address most tests use.
     pub fn gw(&self) -> SocketAddr {
@@ -95,12 +97,21 @@ pub struct TestEnv {
 
 impl TestEnv {
     pub fn new(k: u8) -> Result<Self, BoxError> {
+        Self::on(Net { b: 77, k })
+    }
+
+    /// Like `new`, on any 127.b.k.0/24 network.
+    pub fn on(net: Net) -> Result<Self, BoxError> {
         let dir = tempfile::Builder::new()
-            .prefix(&format!("aether-standalone-{k}-"))
+            .prefix(&if net.b == 77 {
+                format!("aether-standalone-{}-", net.k)
+            } else {
+                format!("aether-standalone-{}-{}-", net.b, net.k)
+            })
             .tempdir()?;
         std::fs::create_dir_all(dir.path().join("manifests"))?;
         Ok(Self {
-            net: Net { k },
+            net,
             dir,
             passed: Arc::new(AtomicBool::new(false)),
             started: Instant::now(),
@@ -131,7 +142,8 @@ impl TestEnv {
     pub fn pass(&self) -> TestResult {
         self.passed.store(true, Ordering::SeqCst);
         eprintln!(
-            "test on 127.77.{}.0/24 passed after {:?}",
+            "test on 127.{}.{}.0/24 passed after {:?}",
+            self.net.b,
             self.net.k,
             self.started.elapsed()
         );
