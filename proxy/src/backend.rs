@@ -36,20 +36,31 @@ impl Serialize for Endpoint {
     }
 }
 
+/// How the proxy speaks to a backend's endpoints.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub enum UpstreamProtocol {
+    #[default]
+    Http1,
+    /// HTTP/2 with prior knowledge (Service `appProtocol: kubernetes.io/h2c`).
+    H2c,
+}
+
 /// A resolved Service port: its ready endpoints and the round-robin cursor.
 #[derive(Debug, Serialize)]
 pub struct Backend {
     /// `namespace/name:port` of the Service, for logs and config dumps.
     pub name: Arc<str>,
+    pub protocol: UpstreamProtocol,
     pub endpoints: Vec<Endpoint>,
     #[serde(skip)]
     cursor: AtomicUsize,
 }
 
 impl Backend {
-    pub fn new(name: Arc<str>, endpoints: Vec<Endpoint>) -> Self {
+    pub fn new(name: Arc<str>, protocol: UpstreamProtocol, endpoints: Vec<Endpoint>) -> Self {
         Self {
             name,
+            protocol,
             endpoints,
             cursor: AtomicUsize::new(0),
         }
@@ -157,7 +168,7 @@ mod tests {
             .iter()
             .map(|p| Endpoint::new(SocketAddr::from(([127, 0, 0, 1], *p))))
             .collect();
-        Arc::new(Backend::new(name.into(), eps))
+        Arc::new(Backend::new(name.into(), UpstreamProtocol::Http1, eps))
     }
 
     #[test]

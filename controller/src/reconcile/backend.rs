@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use aether_proxy::backend::{Backend, Endpoint};
+use aether_proxy::backend::{Backend, Endpoint, UpstreamProtocol};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::store::{ObjectKey, Store};
@@ -148,8 +148,15 @@ impl<'s> BackendResolver<'s> {
         }
         endpoints.sort();
         endpoints.dedup();
+        // The spec's appProtocol values that change how the proxy talks to the backend;
+        // `kubernetes.io/ws` and the rest stay HTTP/1.1 (upgrades pass through anyway).
+        let protocol = match service_port.app_protocol.as_deref() {
+            Some("kubernetes.io/h2c") => UpstreamProtocol::H2c,
+            _ => UpstreamProtocol::Http1,
+        };
         let backend = Arc::new(Backend::new(
             format!("{key}:{port}").into(),
+            protocol,
             endpoints.into_iter().map(Endpoint::new).collect(),
         ));
         self.cache.insert((key, port), Arc::clone(&backend));

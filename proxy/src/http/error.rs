@@ -6,6 +6,7 @@ use http::{Response, StatusCode, header};
 use http_body_util::{Either, Full};
 
 use super::Body;
+use super::upstream::BoxError;
 
 /// Each variant says who is at fault: the client (no route), the configuration
 /// (invalid backend), or the upstream (no endpoints, connect or protocol failure).
@@ -18,9 +19,9 @@ pub enum ProxyError {
     #[error("the backend has no ready endpoints")]
     NoEndpoints,
     #[error("could not connect to the upstream: {0}")]
-    UpstreamConnect(#[source] hyper_util::client::legacy::Error),
+    UpstreamConnect(#[source] BoxError),
     #[error("the upstream request failed: {0}")]
-    Upstream(#[source] hyper_util::client::legacy::Error),
+    Upstream(#[source] BoxError),
     #[error("the upstream did not answer within the route's timeout")]
     Timeout,
     #[error("the request could not be forwarded: {0}")]

@@ -4,7 +4,9 @@
 //! held across the upstream await.
 
 mod error;
+mod h2pool;
 mod headers;
+mod outbound;
 mod upgrade;
 mod upstream;
 
@@ -16,14 +18,13 @@ use std::time::Instant;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use http::uri::{Parts, PathAndQuery, Scheme};
-use http::{HeaderValue, Request, Response, StatusCode, Uri, Version, header};
+use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
 pub use error::{ProxyError, local_response};
 pub use headers::{X_FORWARDED_FOR, X_FORWARDED_PROTO};
-pub use upstream::{UpstreamClient, UpstreamSettings};
+pub use upstream::{UpstreamError, UpstreamSettings, Upstreams};
 
 use crate::backend::Pick;
 use crate::filters::{Redirect, RedirectInput, scheme_str};
@@ -41,7 +42,7 @@ pub const READYZ_PATH: &str = "/aether/readyz";
 pub struct ProxyState {
     pub snapshot: ArcSwap<Snapshot>,
     pub draining: AtomicBool,
-    upstream: UpstreamClient,
+    upstreams: Upstreams,
 }
 
 impl ProxyState {
@@ -49,7 +50,7 @@ impl ProxyState {
         Arc::new(Self {
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
             draining: AtomicBool::new(false),
-            upstream: upstream::client(settings),
+            upstreams: Upstreams::new(settings),
         })
     }
 
@@ -120,12 +121,12 @@ fn readyz(state: &ProxyState) -> Response<Body> {
 }
 
 /// The rule a request matched, and what its filters need to know about the match.
-struct Routed {
-    action: Arc<RuleAction>,
+pub(crate) struct Routed {
+    pub(crate) action: Arc<RuleAction>,
     /// Bytes of the path the rule's path match covered, for ReplacePrefixMatch.
-    matched_prefix: usize,
+    pub(crate) matched_prefix: usize,
     /// The Gateway listener's port, for redirects that keep it.
-    listener_port: u16,
+    pub(crate) listener_port: u16,
 }
 
 /// Finds the rule for a request in the current Snapshot. When nothing matches, returns
@@ -196,48 +197,24 @@ async fn forward(
         None
     };
     let (mut parts, body) = req.into_parts();
-
-    // HTTP/2 carries the host in :authority; an HTTP/1.1 upstream needs it as Host.
-    if !parts.headers.contains_key(header::HOST)
-        && let Some(authority) = parts.uri.authority()
-    {
-        let host = HeaderValue::from_str(authority.as_str())
-            .map_err(|_| ProxyError::BadRequest("invalid authority\n"))?;
-        parts.headers.insert(header::HOST, host);
-    }
-    let mut path_and_query = parts
-        .uri
-        .path_and_query()
-        .cloned()
-        .unwrap_or_else(|| PathAndQuery::from_static("/"));
-    for filters in [&action.filters, &chosen.filters] {
-        if let Some(m) = &filters.request_headers {
-            m.apply(&mut parts.headers);
-        }
-        if let Some(rw) = &filters.rewrite {
-            if let Some(host) = &rw.hostname {
-                parts.headers.insert(header::HOST, host.clone());
-            }
-            if let Some(pq) = rw.path_and_query(&path_and_query, routed.matched_prefix) {
-                path_and_query = pq;
-            }
-        }
-    }
-    let mut uri = Parts::default();
-    uri.scheme = Some(Scheme::HTTP);
-    uri.authority = Some(endpoint.authority.clone());
-    uri.path_and_query = Some(path_and_query);
-    parts.uri =
-        Uri::from_parts(uri).map_err(|_| ProxyError::BadRequest("invalid request target\n"))?;
-    parts.version = Version::HTTP_11;
-    headers::strip_hop_by_hop(&mut parts.headers);
-    headers::add_forwarded(&mut parts.headers, &conn.client_ip, "http");
     let (upgrade_proto, downstream_upgrade) = upgrade.unzip();
-    if let Some(proto) = &upgrade_proto {
-        upgrade::restore_headers(&mut parts.headers, proto.clone());
-    }
+    outbound::prepare(
+        &mut parts,
+        &outbound::Target {
+            routed,
+            backend_filters: &chosen.filters,
+            protocol: backend.protocol,
+            endpoint,
+            client_ip: &conn.client_ip,
+            upgrade: upgrade_proto.as_ref(),
+        },
+    )?;
 
-    let sent = state.upstream.request(Request::from_parts(parts, body));
+    let sent = state.upstreams.send(
+        backend.protocol,
+        endpoint.addr,
+        Request::from_parts(parts, body),
+    );
     let result = match action.timeout {
         // Dropping the request future on expiry cancels the upstream request.
         Some(t) => tokio::time::timeout(t, sent)
@@ -264,12 +241,12 @@ async fn forward(
             }
             Ok(Response::from_parts(parts, Either::Left(body)))
         }
-        Err(e) if e.is_connect() => {
+        Err(UpstreamError::Connect(e)) => {
             upstream_connect_errors(&backend.name).increment(1);
             tracing::warn!(backend = %backend.name, endpoint = %endpoint.addr, error = %e, "upstream connect failed");
             Err(ProxyError::UpstreamConnect(e))
         }
-        Err(e) => Err(ProxyError::Upstream(e)),
+        Err(UpstreamError::Request(e)) => Err(ProxyError::Upstream(e)),
     }
 }
 

@@ -1,11 +1,17 @@
-//! The pooled upstream client: keep-alive HTTP/1.1 connections per endpoint.
+//! Upstream connections: pooled keep-alive HTTP/1.1 per endpoint, or one multiplexed
+//! HTTP/2 (h2c) connection per endpoint for backends that declare it.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use super::h2pool::H2Pool;
+use crate::backend::UpstreamProtocol;
 
 /// Upstream connection settings.
 #[derive(Debug, Clone)]
@@ -25,19 +31,59 @@ impl Default for UpstreamSettings {
     }
 }
 
-pub type UpstreamClient = Client<HttpConnector, Incoming>;
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-pub fn client(settings: &UpstreamSettings) -> UpstreamClient {
-    let mut connector = HttpConnector::new();
-    connector.set_nodelay(true);
-    connector.set_connect_timeout(Some(settings.connect_timeout));
-    connector.enforce_http(true);
-    Client::builder(TokioExecutor::new())
-        .timer(TokioTimer::new())
-        .pool_timer(TokioTimer::new())
-        .pool_idle_timeout(settings.idle_timeout)
-        .pool_max_idle_per_host(settings.max_idle_per_endpoint)
-        // The downstream Host is forwarded as-is; the client must not invent one.
-        .set_host(false)
-        .build(connector)
+/// Why an upstream exchange failed: before a connection existed, or after.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("connect: {0}")]
+    Connect(BoxError),
+    #[error("request: {0}")]
+    Request(BoxError),
+}
+
+pub struct Upstreams {
+    http1: Client<HttpConnector, Incoming>,
+    h2c: H2Pool,
+}
+
+impl Upstreams {
+    pub fn new(settings: &UpstreamSettings) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(settings.connect_timeout));
+        connector.enforce_http(true);
+        let http1 = Client::builder(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(settings.idle_timeout)
+            .pool_max_idle_per_host(settings.max_idle_per_endpoint)
+            // The downstream Host is forwarded as-is; the client must not invent one.
+            .set_host(false)
+            .build(connector);
+        Self {
+            http1,
+            h2c: H2Pool::new(settings.connect_timeout),
+        }
+    }
+
+    /// Sends `req` to `addr`. For HTTP/1.1 the request URI must name the endpoint (it
+    /// keys the pool); for HTTP/2 it carries the client's authority instead.
+    pub async fn send(
+        &self,
+        protocol: UpstreamProtocol,
+        addr: SocketAddr,
+        req: Request<Incoming>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        match protocol {
+            UpstreamProtocol::Http1 => self.http1.request(req).await.map_err(|e| {
+                if e.is_connect() {
+                    UpstreamError::Connect(e.into())
+                } else {
+                    UpstreamError::Request(e.into())
+                }
+            }),
+            UpstreamProtocol::H2c => self.h2c.send(addr, req).await,
+        }
+    }
 }

@@ -1,0 +1,89 @@
+//! HTTP/2 upstream connections, one per endpoint, multiplexed.
+//!
+//! The legacy hyper-util client keys its pool by the request URI's authority, which for
+//! HTTP/2 is also the `:authority` the backend sees. A proxy must send the client's
+//! host there while connecting to a chosen endpoint, so HTTP/2 upstreams get this small
+//! pool keyed by endpoint address instead. One connection per endpoint carries every
+//! stream; it is replaced when it closes. (Mesh mode's mTLS HTTP/2 will reuse it.)
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::client::conn::http2::{self, SendRequest};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+
+use super::upstream::UpstreamError;
+
+pub struct H2Pool {
+    connect_timeout: Duration,
+    // Held only to clone or insert a sender, never across an await.
+    conns: Mutex<HashMap<SocketAddr, SendRequest<Incoming>>>,
+}
+
+impl H2Pool {
+    pub fn new(connect_timeout: Duration) -> Self {
+        Self {
+            connect_timeout,
+            conns: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub async fn send(
+        &self,
+        addr: SocketAddr,
+        req: Request<Incoming>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let mut sender = self.sender(addr).await?;
+        sender
+            .ready()
+            .await
+            .map_err(|e| UpstreamError::Request(e.into()))?;
+        sender
+            .send_request(req)
+            .await
+            .map_err(|e| UpstreamError::Request(e.into()))
+    }
+
+    async fn sender(&self, addr: SocketAddr) -> Result<SendRequest<Incoming>, UpstreamError> {
+        if let Some(s) = self.cached(addr) {
+            return Ok(s);
+        }
+        let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| UpstreamError::Connect("connect timed out".into()))?
+            .map_err(|e| UpstreamError::Connect(e.into()))?;
+        let _ = stream.set_nodelay(true);
+        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .keep_alive_interval(Duration::from_secs(30))
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| UpstreamError::Connect(e.into()))?;
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%addr, error = %e, "upstream h2 connection ended");
+            }
+        });
+        if let Ok(mut conns) = self.conns.lock() {
+            conns.insert(addr, sender.clone());
+        }
+        Ok(sender)
+    }
+
+    fn cached(&self, addr: SocketAddr) -> Option<SendRequest<Incoming>> {
+        let mut conns = self.conns.lock().ok()?;
+        match conns.get(&addr) {
+            Some(s) if !s.is_closed() => Some(s.clone()),
+            Some(_) => {
+                conns.remove(&addr);
+                None
+            }
+            None => None,
+        }
+    }
+}

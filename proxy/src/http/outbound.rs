@@ -1,0 +1,80 @@
+//! Turns the downstream request into the upstream one: filters, target URI, Host or
+//! `:authority`, hop-by-hop headers out, forwarding headers in.
+
+use http::request::Parts as RequestParts;
+use http::uri::{Parts, PathAndQuery, Scheme};
+use http::{HeaderValue, Uri, Version, header};
+
+use super::{ProxyError, Routed, headers, upgrade};
+use crate::backend::{Endpoint, UpstreamProtocol};
+use crate::filters::Filters;
+
+/// Where and how the request goes.
+pub struct Target<'a> {
+    pub routed: &'a Routed,
+    pub backend_filters: &'a Filters,
+    pub protocol: UpstreamProtocol,
+    pub endpoint: &'a Endpoint,
+    pub client_ip: &'a HeaderValue,
+    /// The `Upgrade` token when the client asked to switch protocols.
+    pub upgrade: Option<&'a HeaderValue>,
+}
+
+pub fn prepare(parts: &mut RequestParts, t: &Target<'_>) -> Result<(), ProxyError> {
+    // HTTP/2 carries the host in :authority; make it the Host header so filters and
+    // HTTP/1.1 upstreams see one place.
+    if !parts.headers.contains_key(header::HOST)
+        && let Some(authority) = parts.uri.authority()
+    {
+        let host = HeaderValue::from_str(authority.as_str())
+            .map_err(|_| ProxyError::BadRequest("invalid authority\n"))?;
+        parts.headers.insert(header::HOST, host);
+    }
+    let mut path_and_query = parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    for filters in [&t.routed.action.filters, t.backend_filters] {
+        if let Some(m) = &filters.request_headers {
+            m.apply(&mut parts.headers);
+        }
+        if let Some(rw) = &filters.rewrite {
+            if let Some(host) = &rw.hostname {
+                parts.headers.insert(header::HOST, host.clone());
+            }
+            if let Some(pq) = rw.path_and_query(&path_and_query, t.routed.matched_prefix) {
+                path_and_query = pq;
+            }
+        }
+    }
+    headers::strip_hop_by_hop(&mut parts.headers);
+    headers::add_forwarded(&mut parts.headers, t.client_ip, "http");
+
+    let mut uri = Parts::default();
+    uri.scheme = Some(Scheme::HTTP);
+    uri.path_and_query = Some(path_and_query);
+    match t.protocol {
+        UpstreamProtocol::Http1 => {
+            // The endpoint in the URI keys the connection pool; Host stays as sent.
+            uri.authority = Some(t.endpoint.authority.clone());
+            parts.version = Version::HTTP_11;
+            if let Some(proto) = t.upgrade {
+                upgrade::restore_headers(&mut parts.headers, proto.clone());
+            }
+        }
+        UpstreamProtocol::H2c => {
+            // The pool is keyed by endpoint elsewhere, so :authority can carry the
+            // client's host, and Host must not be sent alongside it.
+            let host = parts
+                .headers
+                .remove(header::HOST)
+                .and_then(|h| h.to_str().ok().and_then(|h| h.parse().ok()));
+            uri.authority = Some(host.unwrap_or_else(|| t.endpoint.authority.clone()));
+            parts.version = Version::HTTP_2;
+        }
+    }
+    parts.uri =
+        Uri::from_parts(uri).map_err(|_| ProxyError::BadRequest("invalid request target\n"))?;
+    Ok(())
+}

@@ -1,0 +1,254 @@
+//! The case format (`case.yaml`) and loading the case directories.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------
+// The case format
+// ---------------------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct Case {
+    /// Conformance feature names this case covers.
+    pub(super) features: Vec<String>,
+    /// The conformance test (ShortName) this case re-expresses, if any.
+    #[serde(default)]
+    pub(super) conformance_test: Option<String>,
+    #[serde(default)]
+    pub(super) description: String,
+    /// Load `tests/cases/base.yaml` (namespaces and the three base Gateways).
+    #[serde(default = "yes")]
+    pub(super) base: bool,
+    /// Echo backends to start, `namespace/name`; each gets a Service (port 8080) and an
+    /// EndpointSlice pointing at its echo, whose `name` is the Service name.
+    #[serde(default)]
+    pub(super) backends: Vec<String>,
+    /// `appProtocol` of a backend's Service port, by `namespace/name`.
+    #[serde(default)]
+    pub(super) app_protocols: BTreeMap<String, String>,
+    /// Default Gateway for requests (`namespace/name`).
+    #[serde(default)]
+    pub(super) gateway: Option<String>,
+    #[serde(default)]
+    pub(super) requests: Vec<RequestCase>,
+    #[serde(default)]
+    pub(super) distributions: Vec<Distribution>,
+    #[serde(default)]
+    pub(super) status: Vec<StatusExpect>,
+}
+
+pub(super) fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct Request {
+    /// `namespace/name` of the Gateway to send to (default: the case's `gateway`).
+    #[serde(default)]
+    pub(super) gateway: Option<String>,
+    /// Listener port (default: the Gateway's first listener's port).
+    #[serde(default)]
+    pub(super) port: Option<u16>,
+    #[serde(default)]
+    pub(super) method: Option<String>,
+    /// Host header (default: the Gateway's `address:port`).
+    #[serde(default)]
+    pub(super) host: Option<String>,
+    #[serde(default)]
+    pub(super) path: Option<String>,
+    #[serde(default)]
+    pub(super) headers: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct RequestCase {
+    #[serde(flatten)]
+    pub(super) request: Request,
+    pub(super) expect: Expect,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct Expect {
+    /// Response status (default 200).
+    #[serde(default)]
+    pub(super) status: Option<u16>,
+    /// The echo `name` that must answer; with it, the backend must have seen the
+    /// request's method, path and host unless `backendRequest` says otherwise.
+    #[serde(default)]
+    pub(super) backend: Option<String>,
+    #[serde(default)]
+    pub(super) backend_request: Option<BackendRequest>,
+    /// Response headers (comma-separated values compare element-wise).
+    #[serde(default)]
+    pub(super) headers: BTreeMap<String, String>,
+    #[serde(default)]
+    pub(super) absent_headers: Vec<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct BackendRequest {
+    #[serde(default)]
+    pub(super) method: Option<String>,
+    /// Path with query.
+    #[serde(default)]
+    pub(super) path: Option<String>,
+    #[serde(default)]
+    pub(super) host: Option<String>,
+    /// The HTTP version the backend saw: `HTTP/1.1` or `HTTP/2.0`.
+    #[serde(default)]
+    pub(super) protocol: Option<String>,
+    #[serde(default)]
+    pub(super) headers: BTreeMap<String, String>,
+    #[serde(default)]
+    pub(super) absent_headers: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct Distribution {
+    #[serde(flatten)]
+    pub(super) request: Request,
+    /// Requests sent (on one keep-alive connection).
+    pub(super) count: u32,
+    /// Expected share of each backend (weights are normalised).
+    pub(super) backends: BTreeMap<String, f64>,
+    /// Allowed absolute difference of each share.
+    pub(super) tolerance: f64,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct StatusExpect {
+    pub(super) kind: String,
+    #[serde(default)]
+    pub(super) namespace: String,
+    pub(super) name: String,
+    #[serde(default)]
+    pub(super) conditions: Vec<CondExpect>,
+    /// Gateway listeners.
+    #[serde(default)]
+    pub(super) listeners: Vec<ListenerExpect>,
+    /// HTTPRoute parents.
+    #[serde(default)]
+    pub(super) parents: Vec<ParentExpect>,
+    /// HTTPRoute: Gateways (`namespace/name`) that must have no parent status.
+    #[serde(default)]
+    pub(super) no_parents: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct CondExpect {
+    #[serde(rename = "type")]
+    pub(super) ctype: String,
+    pub(super) status: CondStatus,
+    #[serde(default)]
+    pub(super) reason: Option<String>,
+}
+
+/// "True"/"False", also written unquoted.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(super) enum CondStatus {
+    Bool(bool),
+    Str(String),
+}
+
+impl CondStatus {
+    pub(super) fn as_str(&self) -> &str {
+        match self {
+            CondStatus::Bool(true) => "True",
+            CondStatus::Bool(false) => "False",
+            CondStatus::Str(s) => s,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct ListenerExpect {
+    pub(super) name: String,
+    #[serde(default)]
+    pub(super) attached_routes: Option<u64>,
+    /// Kinds of `supportedKinds`, in any order.
+    #[serde(default)]
+    pub(super) supported_kinds: Option<Vec<String>>,
+    #[serde(default)]
+    pub(super) conditions: Vec<CondExpect>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct ParentExpect {
+    /// `namespace/name` of the parent Gateway.
+    pub(super) gateway: String,
+    #[serde(default)]
+    pub(super) section_name: Option<String>,
+    #[serde(default)]
+    pub(super) port: Option<u16>,
+    #[serde(default)]
+    pub(super) conditions: Vec<CondExpect>,
+}
+
+// ---------------------------------------------------------------------------------------
+// Loading
+// ---------------------------------------------------------------------------------------
+
+pub(super) fn cases_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cases")
+}
+
+pub(super) struct LoadedCase {
+    pub(super) name: String,
+    pub(super) case: Case,
+    pub(super) manifests: String,
+}
+
+pub(super) fn load_cases() -> Result<Vec<LoadedCase>, BoxError> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(cases_dir())?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    let mut out = Vec::new();
+    for dir in dirs {
+        let name = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("?")
+            .to_owned();
+        let case_text = std::fs::read_to_string(dir.join("case.yaml"))
+            .map_err(|e| err(format!("{name}/case.yaml: {e}")))?;
+        let case: Case = serde_saphyr::from_str(&case_text)
+            .map_err(|e| err(format!("{name}/case.yaml: {e}")))?;
+        let manifests = std::fs::read_to_string(dir.join("manifests.yaml"))
+            .map_err(|e| err(format!("{name}/manifests.yaml: {e}")))?;
+        out.push(LoadedCase {
+            name,
+            case,
+            manifests,
+        });
+    }
+    Ok(out)
+}
+
+/// The documents of a multi-document YAML text, as JSON values (empty ones skipped).
+pub(super) fn yaml_docs(text: &str) -> Result<Vec<Value>, BoxError> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(text)?;
+    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+pub(super) fn split_ref(r: &str) -> (&str, &str) {
+    r.split_once('/').unwrap_or(("", r))
+}

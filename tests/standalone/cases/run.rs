@@ -1,0 +1,512 @@
+//! Running one case: generated manifests, processes, requests and their checks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------
+// Running one case
+// ---------------------------------------------------------------------------------------
+
+/// A Gateway of the case's manifests: its listeners' `(name, port)`.
+#[derive(Debug, Clone)]
+pub(super) struct GatewayInfo {
+    pub(super) listeners: Vec<(String, u16)>,
+}
+
+pub(super) fn gateways_of(docs: &[Value]) -> BTreeMap<String, GatewayInfo> {
+    let mut out = BTreeMap::new();
+    for d in docs.iter().filter(|d| d["kind"] == "Gateway") {
+        let key = format!(
+            "{}/{}",
+            d["metadata"]["namespace"].as_str().unwrap_or("default"),
+            d["metadata"]["name"].as_str().unwrap_or("")
+        );
+        let listeners = d["spec"]["listeners"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|l| {
+                (
+                    l["name"].as_str().unwrap_or("").to_owned(),
+                    l["port"]
+                        .as_u64()
+                        .and_then(|p| u16::try_from(p).ok())
+                        .unwrap_or(0),
+                )
+            })
+            .collect();
+        out.insert(key, GatewayInfo { listeners });
+    }
+    out
+}
+
+pub(super) fn backend_ip(net: Net, i: usize) -> Result<IpAddr, BoxError> {
+    let host = u8::try_from(200 + i).map_err(|_| err("too many backends"))?;
+    Ok(IpAddr::V4(net.ip(host)))
+}
+
+/// The runner-made objects: the GatewayClass and a Service + EndpointSlice per backend.
+pub(super) fn generated_manifests(
+    net: Net,
+    backends: &[String],
+    app_protocols: &BTreeMap<String, String>,
+) -> Result<String, BoxError> {
+    let mut s = format!(
+        "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata:
+  name: {GATEWAY_CLASS}
+spec:
+  controllerName: {CONTROLLER}
+"
+    );
+    for (i, b) in backends.iter().enumerate() {
+        let (ns, name) = split_ref(b);
+        ensure!(!ns.is_empty(), "backend {b:?} is not namespace/name");
+        let ip = backend_ip(net, i)?;
+        let app_protocol = app_protocols
+            .get(b)
+            .map(|p| format!("\n    appProtocol: {p}"))
+            .unwrap_or_default();
+        let _ = write!(
+            s,
+            "---
+apiVersion: v1
+kind: Service
+metadata:
+  name: {name}
+  namespace: {ns}
+spec:
+  ports:
+  - name: first-port
+    protocol: TCP
+    port: {SERVICE_PORT}
+    targetPort: 3000{app_protocol}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {name}-conf1
+  namespace: {ns}
+  labels:
+    kubernetes.io/service-name: {name}
+addressType: IPv4
+ports:
+- name: first-port
+  port: {ECHO_PORT}
+endpoints:
+- addresses: [\"{ip}\"]
+  conditions:
+    ready: true
+"
+        );
+    }
+    Ok(s)
+}
+
+/// Runs one case; returns its mismatches (empty: passed).
+pub(super) async fn run_case(index: usize, lc: Arc<LoadedCase>) -> Vec<String> {
+    let started = Instant::now();
+    let k = match u8::try_from(index + 1) {
+        Ok(k) if k < 255 => k,
+        _ => return vec!["too many cases for 127.78.k.0/24 networks".to_owned()],
+    };
+    let net = Net { b: CASE_NET, k };
+    let mut failures = Vec::new();
+    if let Err(e) = run_case_inner(net, &lc, &mut failures).await {
+        failures.push(format!("setup: {e}"));
+    }
+    eprintln!(
+        "case {} on 127.78.{k}.0/24: {} after {:?}",
+        lc.name,
+        if failures.is_empty() {
+            "passed".to_owned()
+        } else {
+            format!("{} failure(s)", failures.len())
+        },
+        started.elapsed()
+    );
+    failures
+}
+
+pub(super) async fn run_case_inner(
+    net: Net,
+    lc: &LoadedCase,
+    failures: &mut Vec<String>,
+) -> TestResult {
+    let case = &lc.case;
+    let env = TestEnv::on(net)?;
+    let base = if case.base {
+        std::fs::read_to_string(cases_dir().join("base.yaml"))?
+    } else {
+        String::new()
+    };
+    let mut docs = yaml_docs(&base)?;
+    docs.extend(yaml_docs(&lc.manifests)?);
+    let gateways = gateways_of(&docs);
+    env.write_manifest(
+        "00-generated.yaml",
+        &generated_manifests(net, &case.backends, &case.app_protocols)?,
+    )?;
+    if case.base {
+        env.write_manifest("01-base.yaml", &base)?;
+    }
+    env.write_manifest("10-case.yaml", &lc.manifests)?;
+
+    let mut procs = Vec::new();
+    for (i, b) in case.backends.iter().enumerate() {
+        let (_, name) = split_ref(b);
+        let listen = SocketAddr::new(backend_ip(net, i)?, ECHO_PORT);
+        procs.push(env.spawn_echo(listen, name).await?);
+    }
+    let edge = env.spawn_edge("edge").await?;
+
+    // Status first: it also tells the Gateway addresses.
+    if !case.status.is_empty() {
+        let last = eventually_quiet(STATUS_SETTLE, || async {
+            let status = env.status().await?;
+            let diffs = status_diffs(&status, &case.status);
+            if diffs.is_empty() {
+                Ok(())
+            } else {
+                Err(err(diffs.join("\n    ")))
+            }
+        })
+        .await;
+        if let Err(e) = last {
+            failures.push(format!("status:\n    {e}"));
+        }
+    }
+
+    let default_gw = case.gateway.as_deref().unwrap_or(DEFAULT_GATEWAY);
+    let needs_gateway = |r: &Request| r.gateway.clone().unwrap_or_else(|| default_gw.to_owned());
+    let mut used: BTreeSet<String> = case
+        .requests
+        .iter()
+        .map(|r| needs_gateway(&r.request))
+        .collect();
+    used.extend(case.distributions.iter().map(|d| needs_gateway(&d.request)));
+    let mut addrs: BTreeMap<String, IpAddr> = BTreeMap::new();
+    for g in &used {
+        let (ns, name) = split_ref(g);
+        let ip = eventually(
+            &format!("Gateway {g} has an address"),
+            EVENTUALLY,
+            || async {
+                let status = env.status().await?;
+                let item = status_item(&status, "Gateway", ns, name)?;
+                let a = gateway_addresses(item);
+                let first = a
+                    .first()
+                    .ok_or_else(|| err(format!("no address in {}", item["status"])))?;
+                Ok(first.parse::<IpAddr>()?)
+            },
+        )
+        .await?;
+        let info = gateways
+            .get(g)
+            .ok_or_else(|| err(format!("no Gateway {g} in the case's manifests")))?;
+        for (_, port) in &info.listeners {
+            let addr = SocketAddr::new(ip, *port);
+            // Listeners that fail to program are a status matter; don't stop here.
+            if let Err(e) = env.wait_listener(addr).await {
+                failures.push(format!("listener {g} {addr}: {e}"));
+            }
+        }
+        addrs.insert(g.clone(), ip);
+    }
+
+    let target = |r: &Request| -> Result<(SocketAddr, String), BoxError> {
+        let g = needs_gateway(r);
+        let ip = addrs
+            .get(&g)
+            .ok_or_else(|| err(format!("Gateway {g} has no address")))?;
+        let port = match r.port {
+            Some(p) => p,
+            None => gateways
+                .get(&g)
+                .and_then(|i| i.listeners.first())
+                .map(|l| l.1)
+                .ok_or_else(|| err(format!("Gateway {g} has no listener")))?,
+        };
+        let addr = SocketAddr::new(*ip, port);
+        let host = r.host.clone().unwrap_or_else(|| addr.to_string());
+        Ok((addr, host))
+    };
+
+    for (i, rc) in case.requests.iter().enumerate() {
+        let (addr, host) = target(&rc.request)?;
+        let label = describe(i, &rc.request, &host);
+        let deadline = Instant::now() + REQUEST_SETTLE;
+        loop {
+            let diffs = match send(net, addr, &host, &rc.request).await {
+                Ok(resp) => response_diffs(&resp, &rc.request, &host, &rc.expect),
+                Err(e) => vec![format!("request failed: {e}")],
+            };
+            if diffs.is_empty() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                failures.push(format!("{label}:\n    {}", diffs.join("\n    ")));
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    for (i, d) in case.distributions.iter().enumerate() {
+        let (addr, host) = target(&d.request)?;
+        let label = format!("distribution {}", describe(i, &d.request, &host));
+        if let Err(e) = check_distribution(net, addr, &host, d).await {
+            failures.push(format!("{label}:\n    {e}"));
+        }
+    }
+
+    if !failures.is_empty() {
+        let log = edge.log();
+        let tail: Vec<&str> = log.lines().rev().take(8).collect();
+        let mut lines = tail.into_iter().rev().collect::<Vec<_>>().join("\n      ");
+        if lines.is_empty() {
+            lines = "(empty)".to_owned();
+        }
+        failures.push(format!("edge log (last lines):\n      {lines}"));
+    }
+    // Mismatches are reported by the runner; child logs are not needed on drop.
+    env.pass()?;
+    drop(procs);
+    Ok(())
+}
+
+/// Like `eventually`, without the prefix: the last error as is.
+pub(super) async fn eventually_quiet<F, Fut>(timeout: Duration, mut f: F) -> TestResult
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = TestResult>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f().await {
+            Ok(()) => return Ok(()),
+            Err(e) if Instant::now() >= deadline => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+pub(super) fn describe(i: usize, r: &Request, host: &str) -> String {
+    let mut s = format!(
+        "request #{} {} http://{host}{}",
+        i + 1,
+        r.method.as_deref().unwrap_or("GET"),
+        r.path.as_deref().unwrap_or("/")
+    );
+    if let Some(g) = &r.gateway {
+        let _ = write!(s, " (gateway {g}");
+        if let Some(p) = r.port {
+            let _ = write!(s, ", port {p}");
+        }
+        s.push(')');
+    } else if let Some(p) = r.port {
+        let _ = write!(s, " (port {p})");
+    }
+    if !r.headers.is_empty() {
+        let _ = write!(s, " headers {:?}", r.headers);
+    }
+    s
+}
+
+pub(super) async fn send(
+    net: Net,
+    addr: SocketAddr,
+    host: &str,
+    r: &Request,
+) -> Result<Resp, BoxError> {
+    let headers: Vec<(&str, &str)> = r
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let mut conn = H1Conn::connect(net.client_ip(), addr).await?;
+    conn.send(
+        r.method.as_deref().unwrap_or("GET"),
+        host,
+        r.path.as_deref().unwrap_or("/"),
+        &headers,
+    )
+    .await
+}
+
+/// Header values as a list: comma-separated elements, trimmed.
+pub(super) fn value_list(v: &str) -> Vec<String> {
+    v.split(',').map(|s| s.trim().to_owned()).collect()
+}
+
+pub(super) fn response_diffs(resp: &Resp, req: &Request, host: &str, exp: &Expect) -> Vec<String> {
+    let mut d = Vec::new();
+    let want_status = exp.status.unwrap_or(200);
+    if resp.status.as_u16() != want_status {
+        let mut body = resp.text();
+        body.truncate(300);
+        d.push(format!(
+            "status: expected {want_status}, got {} (body {body:?})",
+            resp.status.as_u16()
+        ));
+    }
+    for (k, want) in &exp.headers {
+        let got: Vec<&str> = resp
+            .headers
+            .get_all(k.as_str())
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        if got.is_empty() {
+            d.push(format!("response header {k}: expected {want:?}, absent"));
+        } else if value_list(&got.join(",")) != value_list(want) {
+            d.push(format!(
+                "response header {k}: expected {want:?}, got {:?}",
+                got.join(", ")
+            ));
+        }
+    }
+    for k in &exp.absent_headers {
+        if let Some(v) = resp.headers.get(k.as_str()) {
+            d.push(format!("response header {k}: expected absent, got {v:?}"));
+        }
+    }
+    if exp.backend.is_none() && exp.backend_request.is_none() {
+        return d;
+    }
+    let echo = match resp.json() {
+        Ok(v) if resp.status.is_success() => Echo(v),
+        _ => {
+            if d.is_empty() {
+                d.push(format!(
+                    "expected an echo backend answer, got {}: {:?}",
+                    resp.status,
+                    resp.text()
+                ));
+            }
+            return d;
+        }
+    };
+    if let Some(b) = &exp.backend
+        && echo.name() != b
+    {
+        d.push(format!("backend: expected {b}, got {}", echo.name()));
+    }
+    let empty = BackendRequest::default();
+    let br = exp.backend_request.as_ref().unwrap_or(&empty);
+    let want_method = br
+        .method
+        .as_deref()
+        .or(req.method.as_deref())
+        .unwrap_or("GET");
+    if echo.method() != want_method {
+        d.push(format!(
+            "backend saw method {:?}, expected {want_method:?}",
+            echo.method()
+        ));
+    }
+    let want_path = br.path.as_deref().or(req.path.as_deref()).unwrap_or("/");
+    if echo.path() != want_path {
+        d.push(format!(
+            "backend saw path {:?}, expected {want_path:?}",
+            echo.path()
+        ));
+    }
+    let want_host = br.host.as_deref().unwrap_or(host);
+    if !echo.host().eq_ignore_ascii_case(want_host) {
+        d.push(format!(
+            "backend saw host {:?}, expected {want_host:?}",
+            echo.host()
+        ));
+    }
+    if let Some(want) = &br.protocol
+        && echo.protocol() != want
+    {
+        d.push(format!(
+            "backend saw protocol {:?}, expected {want:?}",
+            echo.protocol()
+        ));
+    }
+    for (k, want) in &br.headers {
+        match echo.header(&k.to_ascii_lowercase()) {
+            None => d.push(format!(
+                "backend saw no header {k}, expected {want:?} (saw headers {})",
+                echo.0["headers"]
+            )),
+            Some(got) if value_list(got) != value_list(want) => d.push(format!(
+                "backend saw header {k}: {got:?}, expected {want:?}"
+            )),
+            Some(_) => {}
+        }
+    }
+    for k in &br.absent_headers {
+        if let Some(got) = echo.header(&k.to_ascii_lowercase()) {
+            d.push(format!(
+                "backend saw header {k}: {got:?}, expected it absent"
+            ));
+        }
+    }
+    d
+}
+
+pub(super) async fn check_distribution(
+    net: Net,
+    addr: SocketAddr,
+    host: &str,
+    dist: &Distribution,
+) -> TestResult {
+    let headers: Vec<(&str, &str)> = dist
+        .request
+        .headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let method = dist.request.method.as_deref().unwrap_or("GET");
+    let path = dist.request.path.as_deref().unwrap_or("/");
+    let mut conn = H1Conn::connect(net.client_ip(), addr).await?;
+    let mut seen: BTreeMap<String, u32> = BTreeMap::new();
+    for _ in 0..dist.count {
+        let r = conn.send(method, host, path, &headers).await?;
+        let name = match r.echo() {
+            Ok(e) => e.name().to_owned(),
+            Err(_) => format!("<status {}>", r.status.as_u16()),
+        };
+        *seen.entry(name).or_default() += 1;
+    }
+    let total_weight: f64 = dist.backends.values().sum();
+    ensure!(total_weight > 0.0, "distribution weights sum to 0");
+    let mut diffs = Vec::new();
+    let names: BTreeSet<&String> = dist.backends.keys().chain(seen.keys()).collect();
+    for name in names {
+        let want = dist.backends.get(name).copied().unwrap_or(0.0) / total_weight;
+        let got = f64::from(seen.get(name).copied().unwrap_or(0)) / f64::from(dist.count);
+        let off = if want == 0.0 {
+            got > 0.0
+        } else {
+            (got - want).abs() > dist.tolerance
+        };
+        if off {
+            diffs.push(format!(
+                "{name}: expected share {want:.3} (±{}), got {got:.3}",
+                dist.tolerance
+            ));
+        }
+    }
+    ensure!(
+        diffs.is_empty(),
+        "{} (counts of {} requests: {seen:?})",
+        diffs.join("; "),
+        dist.count
+    );
+    Ok(())
+}
