@@ -60,4 +60,9 @@ pub struct EchoArgs {
     /// Name reported in every answer, to tell backends apart.
     #[arg(long, default_value = "echo")]
     pub name: String,
+
+    /// Append every request received, as one JSON line, to this file (tests read it
+    /// to see traffic that gets no answer back, such as mirrored requests).
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
 }

@@ -17,7 +17,9 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use serde::Serialize;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
+use tokio::sync::Mutex;
 
 use crate::cli::EchoArgs;
 
@@ -31,14 +33,27 @@ struct Echo<'a> {
     headers: BTreeMap<&'a str, String>,
 }
 
+/// Where each request is recorded, when asked to.
+type RequestLog = Option<Arc<Mutex<tokio::fs::File>>>;
+
 pub async fn run(args: EchoArgs) -> anyhow::Result<()> {
     let listener = TcpListener::bind(args.listen).await?;
+    let log = match &args.log {
+        Some(path) => Some(Arc::new(Mutex::new(
+            tokio::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .await?,
+        ))),
+        None => None,
+    };
     tracing::info!(addr = %listener.local_addr()?, name = %args.name, "echo backend listening");
-    serve(listener, args.name.into()).await;
+    serve(listener, args.name.into(), log).await;
     Ok(())
 }
 
-pub async fn serve(listener: TcpListener, name: Arc<str>) {
+async fn serve(listener: TcpListener, name: Arc<str>, log: RequestLog) {
     let builder = auto::Builder::new(TokioExecutor::new());
     loop {
         let (stream, _) = match listener.accept().await {
@@ -50,10 +65,11 @@ pub async fn serve(listener: TcpListener, name: Arc<str>) {
             }
         };
         let name = Arc::clone(&name);
+        let log = log.clone();
         let conn = builder
             .serve_connection_with_upgrades(
                 TokioIo::new(stream),
-                service_fn(move |req| answer(Arc::clone(&name), req)),
+                service_fn(move |req| answer(Arc::clone(&name), log.clone(), req)),
             )
             .into_owned();
         tokio::spawn(async move {
@@ -66,6 +82,7 @@ pub async fn serve(listener: TcpListener, name: Arc<str>) {
 
 async fn answer(
     name: Arc<str>,
+    log: RequestLog,
     mut req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     if let Some(proto) = req.headers().get(header::UPGRADE).cloned() {
@@ -129,6 +146,13 @@ async fn answer(
         headers,
     };
     let body = serde_json::to_vec(&echo).unwrap_or_default();
+    if let Some(log) = log {
+        let mut line = body.clone();
+        line.push(b'\n');
+        if let Err(e) = log.lock().await.write_all(&line).await {
+            tracing::warn!(error = %e, "cannot write the request log");
+        }
+    }
     let mut resp = Response::new(Full::new(Bytes::from(body)));
     resp.headers_mut().insert(
         header::CONTENT_TYPE,

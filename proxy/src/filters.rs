@@ -4,10 +4,13 @@
 //! on the request path.
 
 use std::fmt::Write;
+use std::sync::Arc;
 
 use http::uri::{PathAndQuery, Scheme};
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use serde::{Serialize, Serializer};
+
+use crate::backend::Backend;
 
 /// set / add / remove on a header map. Names compare case-insensitively (HeaderName
 /// is lower-case).
@@ -156,6 +159,27 @@ impl UrlRewrite {
     }
 }
 
+/// RequestMirror: sends a sampled copy of requests to another backend.
+#[derive(Debug, Clone, Serialize)]
+pub struct Mirror {
+    #[serde(serialize_with = "ser_backend_name")]
+    pub backend: Arc<Backend>,
+    /// The share of requests mirrored, as numerator / denominator.
+    pub numerator: u32,
+    pub denominator: u32,
+}
+
+impl Mirror {
+    pub fn sampled(&self) -> bool {
+        self.numerator >= self.denominator
+            || (self.numerator > 0 && fastrand::u32(0..self.denominator.max(1)) < self.numerator)
+    }
+}
+
+fn ser_backend_name<S: Serializer>(b: &Arc<Backend>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&b.name)
+}
+
 /// The filters of a rule or of one backendRef.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Filters {
@@ -163,6 +187,8 @@ pub struct Filters {
     pub response_headers: Option<HeaderModifier>,
     pub redirect: Option<Redirect>,
     pub rewrite: Option<UrlRewrite>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mirrors: Vec<Mirror>,
 }
 
 impl Filters {
@@ -171,6 +197,7 @@ impl Filters {
             && self.response_headers.is_none()
             && self.redirect.is_none()
             && self.rewrite.is_none()
+            && self.mirrors.is_empty()
     }
 }
 

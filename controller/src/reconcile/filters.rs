@@ -1,6 +1,9 @@
 //! Compiling HTTPRoute filters into the proxy's `Filters`, with the spec's validation.
 
-use aether_proxy::filters::{Filters, HeaderModifier, PathModifier, Redirect, UrlRewrite};
+use std::sync::Arc;
+
+use aether_proxy::backend::Backend;
+use aether_proxy::filters::{Filters, HeaderModifier, Mirror, PathModifier, Redirect, UrlRewrite};
 use gateway_api::httproutes::{
     HttpRouteRulesBackendRefsFilters, HttpRouteRulesFilters,
     HttpRouteRulesFiltersRequestHeaderModifier, HttpRouteRulesFiltersRequestRedirectPathType,
@@ -9,11 +12,18 @@ use gateway_api::httproutes::{
 };
 use http::{HeaderName, HeaderValue, StatusCode};
 
+use super::backend::BackendRefSpec;
+
+/// Resolves a mirror's backendRef; a failure is recorded by the caller (ResolvedRefs)
+/// and the mirror is left out.
+pub type MirrorResolver<'a> = dyn FnMut(&BackendRefSpec<'_>) -> Option<Arc<Backend>> + 'a;
+
 /// Compiles one filter list. `prefix_matches_only` says whether every match of the rule
 /// is a PathPrefix, which ReplacePrefixMatch requires.
 pub fn compile(
     filters: &[HttpRouteRulesFilters],
     prefix_matches_only: bool,
+    resolve_mirror: &mut MirrorResolver<'_>,
 ) -> Result<Filters, String> {
     let mut out = Filters::default();
     for f in filters {
@@ -126,6 +136,42 @@ pub fn compile(
                     return Err(dup());
                 }
             }
+            HttpRouteRulesFiltersType::RequestMirror => {
+                let m = f
+                    .request_mirror
+                    .as_ref()
+                    .ok_or("RequestMirror has no configuration")?;
+                let (numerator, denominator) = match (&m.fraction, m.percent) {
+                    (Some(fr), _) => (fr.numerator, fr.denominator.unwrap_or(100)),
+                    (None, Some(p)) => (p, 100),
+                    (None, None) => (1, 1),
+                };
+                let (Ok(numerator), Ok(denominator)) =
+                    (u32::try_from(numerator), u32::try_from(denominator))
+                else {
+                    return Err("RequestMirror fraction must not be negative".to_owned());
+                };
+                if denominator == 0 || numerator > denominator {
+                    return Err(format!(
+                        "RequestMirror fraction {numerator}/{denominator} is not between 0 and 1"
+                    ));
+                }
+                let b = &m.backend_ref;
+                let spec = BackendRefSpec {
+                    group: b.group.as_deref(),
+                    kind: b.kind.as_deref(),
+                    name: &b.name,
+                    namespace: b.namespace.as_deref(),
+                    port: b.port,
+                };
+                if let Some(backend) = resolve_mirror(&spec) {
+                    out.mirrors.push(Mirror {
+                        backend,
+                        numerator,
+                        denominator,
+                    });
+                }
+            }
             other => return Err(format!("filter type {other:?} is not supported yet")),
         }
     }
@@ -140,11 +186,12 @@ pub fn compile(
 pub fn compile_backend(
     filters: &[HttpRouteRulesBackendRefsFilters],
     prefix_matches_only: bool,
+    resolve_mirror: &mut MirrorResolver<'_>,
 ) -> Result<Filters, String> {
     let value = serde_json::to_value(filters).map_err(|e| e.to_string())?;
     let as_rule: Vec<HttpRouteRulesFilters> =
         serde_json::from_value(value).map_err(|e| e.to_string())?;
-    compile(&as_rule, prefix_matches_only)
+    compile(&as_rule, prefix_matches_only, resolve_mirror)
 }
 
 fn path_modifier(

@@ -96,11 +96,17 @@ pub fn compile(
         let prefix_only = matches
             .iter()
             .all(|m| matches!(m.path, PathMatch::Prefix(_)));
-        let filters = filters::compile(rule.filters.as_deref().unwrap_or_default(), prefix_only)
-            .unwrap_or_else(|why| {
-                invalid.get_or_insert(why);
-                Filters::default()
-            });
+        let namespace = model.key.namespace.clone();
+        let mut mirror_problem = None;
+        let filters = filters::compile(
+            rule.filters.as_deref().unwrap_or_default(),
+            prefix_only,
+            &mut mirror_resolver(resolver, &namespace, &mut mirror_problem),
+        )
+        .unwrap_or_else(|why| {
+            invalid.get_or_insert(why);
+            Filters::default()
+        });
         let mut backends = Vec::new();
         for b in rule.backend_refs.iter().flatten() {
             let spec = BackendRefSpec {
@@ -114,12 +120,15 @@ pub fn compile(
             if let (Err(p), Ok(())) = (&target, &model.refs) {
                 model.refs = Err(p.clone());
             }
-            let filters =
-                filters::compile_backend(b.filters.as_deref().unwrap_or_default(), prefix_only)
-                    .unwrap_or_else(|why| {
-                        invalid.get_or_insert(why);
-                        Filters::default()
-                    });
+            let filters = filters::compile_backend(
+                b.filters.as_deref().unwrap_or_default(),
+                prefix_only,
+                &mut mirror_resolver(resolver, &namespace, &mut mirror_problem),
+            )
+            .unwrap_or_else(|why| {
+                invalid.get_or_insert(why);
+                Filters::default()
+            });
             backends.push(BackendModel {
                 weight: u32::try_from(b.weight.unwrap_or(1)).unwrap_or(0),
                 target,
@@ -130,6 +139,9 @@ pub fn compile(
             invalid.get_or_insert(why);
             None
         });
+        if let (Some(p), Ok(())) = (mirror_problem, &model.refs) {
+            model.refs = Err(p);
+        }
         model.rules.push(RuleModel {
             matches,
             timeout,
@@ -139,6 +151,21 @@ pub fn compile(
         });
     }
     model
+}
+
+/// Resolves mirror backendRefs; one that can't be resolved is left out and its problem
+/// kept for ResolvedRefs, like any other backendRef's.
+fn mirror_resolver<'a>(
+    resolver: &'a mut BackendResolver<'_>,
+    namespace: &'a str,
+    problem: &'a mut Option<RefProblem>,
+) -> impl FnMut(&BackendRefSpec<'_>) -> Option<Arc<Backend>> + 'a {
+    move |spec| {
+        resolver
+            .resolve("HTTPRoute", namespace, spec)
+            .map_err(|p| *problem = Some(p))
+            .ok()
+    }
 }
 
 /// The effective upstream deadline of a rule: the shorter of `request` and

@@ -17,12 +17,13 @@ use hyper::client::conn::http2::{self, SendRequest};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
+use super::Body;
 use super::upstream::UpstreamError;
 
 pub struct H2Pool {
     connect_timeout: Duration,
     // Held only to clone or insert a sender, never across an await.
-    conns: Mutex<HashMap<SocketAddr, SendRequest<Incoming>>>,
+    conns: Mutex<HashMap<SocketAddr, SendRequest<Body>>>,
 }
 
 impl H2Pool {
@@ -36,7 +37,7 @@ impl H2Pool {
     pub async fn send(
         &self,
         addr: SocketAddr,
-        req: Request<Incoming>,
+        req: Request<Body>,
     ) -> Result<Response<Incoming>, UpstreamError> {
         let mut sender = self.sender(addr).await?;
         sender
@@ -49,7 +50,7 @@ impl H2Pool {
             .map_err(|e| UpstreamError::Request(e.into()))
     }
 
-    async fn sender(&self, addr: SocketAddr) -> Result<SendRequest<Incoming>, UpstreamError> {
+    async fn sender(&self, addr: SocketAddr) -> Result<SendRequest<Body>, UpstreamError> {
         if let Some(s) = self.cached(addr) {
             return Ok(s);
         }
@@ -75,7 +76,7 @@ impl H2Pool {
         Ok(sender)
     }
 
-    fn cached(&self, addr: SocketAddr) -> Option<SendRequest<Incoming>> {
+    fn cached(&self, addr: SocketAddr) -> Option<SendRequest<Body>> {
         let mut conns = self.conns.lock().ok()?;
         match conns.get(&addr) {
             Some(s) if !s.is_closed() => Some(s.clone()),

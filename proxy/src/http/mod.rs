@@ -6,6 +6,7 @@
 mod error;
 mod h2pool;
 mod headers;
+mod mirror;
 mod outbound;
 mod upgrade;
 mod upstream;
@@ -20,7 +21,7 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{Either, Full};
-use hyper::body::Incoming;
+use hyper::body::{Body as _, Incoming};
 
 pub use error::{ProxyError, local_response};
 pub use headers::{X_FORWARDED_FOR, X_FORWARDED_PROTO};
@@ -32,7 +33,8 @@ use crate::routing::RuleAction;
 use crate::snapshot::Snapshot;
 use crate::telemetry::{RouteStats, upstream_connect_errors};
 
-/// The response body: the upstream's stream, or a small local answer.
+/// A body in either direction: a peer's stream, or one the proxy made (a local
+/// answer, or a mirrored request's).
 pub type Body = Either<Incoming, Full<Bytes>>;
 
 /// Served on every HTTP listener before routing (seed 003), for load balancer probes.
@@ -171,7 +173,7 @@ fn route(
 /// Applies the rule's filters, picks a backend endpoint and sends the request there
 /// over the pooled client.
 async fn forward(
-    state: &ProxyState,
+    state: &Arc<ProxyState>,
     conn: &ConnInfo,
     routed: &Routed,
     mut req: Request<Incoming>,
@@ -198,22 +200,35 @@ async fn forward(
     };
     let (mut parts, body) = req.into_parts();
     let (upgrade_proto, downstream_upgrade) = upgrade.unzip();
-    outbound::prepare(
+    let path_and_query = outbound::prepare(
         &mut parts,
-        &outbound::Target {
+        &outbound::Context {
             routed,
             backend_filters: &chosen.filters,
-            protocol: backend.protocol,
-            endpoint,
             client_ip: &conn.client_ip,
-            upgrade: upgrade_proto.as_ref(),
         },
+    )?;
+    if !action.filters.mirrors.is_empty() {
+        mirror::send(
+            state,
+            &action.filters.mirrors,
+            &parts,
+            &path_and_query,
+            body.is_end_stream(),
+        );
+    }
+    outbound::target(
+        &mut parts,
+        path_and_query,
+        backend.protocol,
+        endpoint,
+        upgrade_proto.as_ref(),
     )?;
 
     let sent = state.upstreams.send(
         backend.protocol,
         endpoint.addr,
-        Request::from_parts(parts, body),
+        Request::from_parts(parts, Either::Left(body)),
     );
     let result = match action.timeout {
         // Dropping the request future on expiry cancels the upstream request.

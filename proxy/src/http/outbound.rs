@@ -9,18 +9,16 @@ use super::{ProxyError, Routed, headers, upgrade};
 use crate::backend::{Endpoint, UpstreamProtocol};
 use crate::filters::Filters;
 
-/// Where and how the request goes.
-pub struct Target<'a> {
+/// What shapes the upstream request besides the downstream one.
+pub struct Context<'a> {
     pub routed: &'a Routed,
     pub backend_filters: &'a Filters,
-    pub protocol: UpstreamProtocol,
-    pub endpoint: &'a Endpoint,
     pub client_ip: &'a HeaderValue,
-    /// The `Upgrade` token when the client asked to switch protocols.
-    pub upgrade: Option<&'a HeaderValue>,
 }
 
-pub fn prepare(parts: &mut RequestParts, t: &Target<'_>) -> Result<(), ProxyError> {
+/// Applies the filters and header rules; returns the path and query to send. The URI is
+/// left for [`target`], so that mirrors can take a copy first.
+pub fn prepare(parts: &mut RequestParts, t: &Context<'_>) -> Result<PathAndQuery, ProxyError> {
     // HTTP/2 carries the host in :authority; make it the Host header so filters and
     // HTTP/1.1 upstreams see one place.
     if !parts.headers.contains_key(header::HOST)
@@ -50,16 +48,27 @@ pub fn prepare(parts: &mut RequestParts, t: &Target<'_>) -> Result<(), ProxyErro
     }
     headers::strip_hop_by_hop(&mut parts.headers);
     headers::add_forwarded(&mut parts.headers, t.client_ip, "http");
+    Ok(path_and_query)
+}
 
+/// Points the request at `endpoint` over `protocol`. `upgrade` is the client's
+/// `Upgrade` token, kept only where the protocol can carry it.
+pub fn target(
+    parts: &mut RequestParts,
+    path_and_query: PathAndQuery,
+    protocol: UpstreamProtocol,
+    endpoint: &Endpoint,
+    upgrade: Option<&HeaderValue>,
+) -> Result<(), ProxyError> {
     let mut uri = Parts::default();
     uri.scheme = Some(Scheme::HTTP);
     uri.path_and_query = Some(path_and_query);
-    match t.protocol {
+    match protocol {
         UpstreamProtocol::Http1 => {
             // The endpoint in the URI keys the connection pool; Host stays as sent.
-            uri.authority = Some(t.endpoint.authority.clone());
+            uri.authority = Some(endpoint.authority.clone());
             parts.version = Version::HTTP_11;
-            if let Some(proto) = t.upgrade {
+            if let Some(proto) = upgrade {
                 upgrade::restore_headers(&mut parts.headers, proto.clone());
             }
         }
@@ -70,7 +79,7 @@ pub fn prepare(parts: &mut RequestParts, t: &Target<'_>) -> Result<(), ProxyErro
                 .headers
                 .remove(header::HOST)
                 .and_then(|h| h.to_str().ok().and_then(|h| h.parse().ok()));
-            uri.authority = Some(host.unwrap_or_else(|| t.endpoint.authority.clone()));
+            uri.authority = Some(host.unwrap_or_else(|| endpoint.authority.clone()));
             parts.version = Version::HTTP_2;
         }
     }

@@ -10,6 +10,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
+use super::Body;
 use super::h2pool::H2Pool;
 use crate::backend::UpstreamProtocol;
 
@@ -43,7 +44,7 @@ pub enum UpstreamError {
 }
 
 pub struct Upstreams {
-    http1: Client<HttpConnector, Incoming>,
+    http1: Client<HttpConnector, Body>,
     h2c: H2Pool,
 }
 
@@ -73,7 +74,7 @@ impl Upstreams {
         &self,
         protocol: UpstreamProtocol,
         addr: SocketAddr,
-        req: Request<Incoming>,
+        req: Request<Body>,
     ) -> Result<Response<Incoming>, UpstreamError> {
         match protocol {
             UpstreamProtocol::Http1 => self.http1.request(req).await.map_err(|e| {

@@ -92,6 +92,10 @@ pub(super) struct Expect {
     pub(super) headers: BTreeMap<String, String>,
     #[serde(default)]
     pub(super) absent_headers: Vec<String>,
+    /// Echo backends that must also have received this request (RequestMirror): a
+    /// request with the path the main backend saw shows up in their request logs.
+    #[serde(default)]
+    pub(super) mirrored_to: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -247,10 +247,13 @@ pub(super) async fn run_case_inner(
         let label = describe(i, &rc.request, &host);
         let deadline = Instant::now() + REQUEST_SETTLE;
         loop {
-            let diffs = match send(net, addr, &host, &rc.request).await {
+            let mut diffs = match send(net, addr, &host, &rc.request).await {
                 Ok(resp) => response_diffs(&resp, &rc.request, &host, &rc.expect),
                 Err(e) => vec![format!("request failed: {e}")],
             };
+            if diffs.is_empty() {
+                diffs = mirror_diffs(&env, &rc.request, &rc.expect).await;
+            }
             if diffs.is_empty() {
                 break;
             }
@@ -342,6 +345,37 @@ pub(super) async fn send(
         &headers,
     )
     .await
+}
+
+/// Mirrors are fire-and-forget: give each named backend a moment to log the copy.
+async fn mirror_diffs(env: &TestEnv, req: &Request, exp: &Expect) -> Vec<String> {
+    let want_path = exp
+        .backend_request
+        .as_ref()
+        .and_then(|b| b.path.as_deref())
+        .or(req.path.as_deref())
+        .unwrap_or("/");
+    let mut diffs = Vec::new();
+    for name in &exp.mirrored_to {
+        let seen = eventually(
+            &format!("mirror {name} sees {want_path}"),
+            Duration::from_secs(3),
+            || async {
+                let reqs = env.echo_requests(name)?;
+                ensure!(
+                    reqs.iter().any(|e| e.path() == want_path),
+                    "no mirrored request for {want_path} among {} requests",
+                    reqs.len()
+                );
+                Ok(())
+            },
+        )
+        .await;
+        if let Err(e) = seen {
+            diffs.push(format!("mirror {name}: {e}"));
+        }
+    }
+    diffs
 }
 
 /// Header values as a list: comma-separated elements, trimmed.

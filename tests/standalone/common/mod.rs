@@ -180,6 +180,8 @@ impl TestEnv {
             listen.to_string(),
             "--name".to_owned(),
             name.to_owned(),
+            "--log".to_owned(),
+            self.echo_log(name).display().to_string(),
         ];
         let mut proc = self.spawn(&format!("echo-{name}"), &args)?;
         let client = self.net.client_ip();
@@ -198,6 +200,19 @@ impl TestEnv {
         )
         .await?;
         Ok(proc)
+    }
+
+    /// Where echo backend `name` records the requests it receives.
+    pub fn echo_log(&self, name: &str) -> PathBuf {
+        self.dir.path().join(format!("echo-{name}.requests.jsonl"))
+    }
+
+    /// Every request echo backend `name` has received so far.
+    pub fn echo_requests(&self, name: &str) -> Result<Vec<Echo>, BoxError> {
+        let text = std::fs::read_to_string(self.echo_log(name)).unwrap_or_default();
+        text.lines()
+            .map(|l| Ok(Echo(serde_json::from_str(l)?)))
+            .collect()
     }
 
     /// Starts both echo backends, "a" on .251 and "b" on .252.
