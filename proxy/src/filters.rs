@@ -11,6 +11,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use serde::{Serialize, Serializer};
 
 use crate::backend::Backend;
+use crate::cors::Cors;
 
 /// set / add / remove on a header map. Names compare case-insensitively (HeaderName
 /// is lower-case).
@@ -189,6 +190,7 @@ pub struct Filters {
     pub rewrite: Option<UrlRewrite>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub mirrors: Vec<Mirror>,
+    pub cors: Option<Cors>,
 }
 
 impl Filters {
@@ -198,6 +200,7 @@ impl Filters {
             && self.redirect.is_none()
             && self.rewrite.is_none()
             && self.mirrors.is_empty()
+            && self.cors.is_none()
     }
 }
 

@@ -6,6 +6,7 @@
 //! endpoint over a pooled upstream client.
 
 pub mod backend;
+pub mod cors;
 pub mod filters;
 pub mod http;
 pub mod listener;

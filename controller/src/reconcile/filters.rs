@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use aether_proxy::backend::Backend;
+use aether_proxy::cors::{Cors, OriginMatch};
 use aether_proxy::filters::{Filters, HeaderModifier, Mirror, PathModifier, Redirect, UrlRewrite};
 use gateway_api::httproutes::{
     HttpRouteRulesBackendRefsFilters, HttpRouteRulesFilters,
@@ -170,6 +171,36 @@ pub fn compile(
                         numerator,
                         denominator,
                     });
+                }
+            }
+            HttpRouteRulesFiltersType::Cors => {
+                let c = f.cors.as_ref().ok_or("CORS has no configuration")?;
+                // "*" in a list means "whatever the preflight asks for".
+                let list = |v: &Option<Vec<String>>| -> Option<Vec<Box<str>>> {
+                    let v = v.as_deref().unwrap_or_default();
+                    (!v.iter().any(|x| x == "*"))
+                        .then(|| v.iter().map(|x| x.as_str().into()).collect())
+                };
+                let cors = Cors {
+                    origins: c
+                        .allow_origins
+                        .iter()
+                        .flatten()
+                        .map(|o| OriginMatch::parse(o))
+                        .collect(),
+                    methods: list(&c.allow_methods),
+                    headers: list(&c.allow_headers),
+                    expose_headers: c
+                        .expose_headers
+                        .iter()
+                        .flatten()
+                        .map(|x| x.as_str().into())
+                        .collect(),
+                    max_age: c.max_age.map_or(5, |a| u32::try_from(a).unwrap_or(0)),
+                    credentials: c.allow_credentials.unwrap_or(false),
+                };
+                if out.cors.replace(cors).is_some() {
+                    return Err(dup());
                 }
             }
             other => return Err(format!("filter type {other:?} is not supported yet")),

@@ -28,6 +28,7 @@ pub use headers::{X_FORWARDED_FOR, X_FORWARDED_PROTO};
 pub use upstream::{UpstreamError, UpstreamSettings, Upstreams};
 
 use crate::backend::Pick;
+use crate::cors::Cors;
 use crate::filters::{Redirect, RedirectInput, scheme_str};
 use crate::routing::RuleAction;
 use crate::snapshot::Snapshot;
@@ -179,9 +180,25 @@ async fn forward(
     mut req: Request<Incoming>,
 ) -> Result<Response<Body>, ProxyError> {
     let action = &routed.action;
+    if let Some(cors) = &action.filters.cors
+        && Cors::is_preflight(req.method(), req.headers())
+    {
+        // Preflights are answered at the edge; the backend never sees them.
+        let mut resp = local_response(StatusCode::OK, "");
+        resp.headers_mut()
+            .extend(cors.preflight_headers(req.headers()));
+        return Ok(resp);
+    }
     if let Some(redirect) = &action.filters.redirect {
         return Ok(redirect_response(redirect, routed, &req));
     }
+    // CORS response headers depend on the request's Origin, which filters may not see
+    // again once the request is gone upstream.
+    let cors_headers = action.filters.cors.as_ref().map(|cors| {
+        let mut h = http::HeaderMap::new();
+        cors.apply_to_response(req.headers(), &mut h);
+        h
+    });
     let (chosen, backend, endpoint) = match action.backends.pick() {
         Pick::Endpoint(c, b, e) => (c, b, e),
         Pick::NoEndpoints(_) => return Err(ProxyError::NoEndpoints),
@@ -253,6 +270,9 @@ async fn forward(
                 if let Some(m) = &filters.response_headers {
                     m.apply(&mut parts.headers);
                 }
+            }
+            if let Some(h) = cors_headers {
+                parts.headers.extend(h);
             }
             Ok(Response::from_parts(parts, Either::Left(body)))
         }
