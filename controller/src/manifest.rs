@@ -97,6 +97,7 @@ fn decode(meta: &TypeMeta, doc: &str) -> Result<Option<Object>, serde_saphyr::Er
         ("gateway.networking.k8s.io", "HTTPRoute") => Object::HttpRoute(typed(doc)?),
         ("gateway.networking.k8s.io", "ReferenceGrant") => Object::ReferenceGrant(typed(doc)?),
         ("", "Service") => Object::Service(typed(doc)?),
+        ("", "Secret") => Object::Secret(typed(doc)?),
         ("", "Namespace") => Object::Namespace(typed(doc)?),
         ("discovery.k8s.io", "EndpointSlice") => Object::EndpointSlice(typed(doc)?),
         _ => return Ok(None),

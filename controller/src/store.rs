@@ -8,7 +8,7 @@ use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::referencegrants::ReferenceGrant;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -52,6 +52,7 @@ pub enum Object {
     Gateway(Box<Gateway>),
     HttpRoute(Box<HttpRoute>),
     ReferenceGrant(Box<ReferenceGrant>),
+    Secret(Box<Secret>),
     Service(Box<Service>),
     EndpointSlice(Box<EndpointSlice>),
     Namespace(Box<Namespace>),
@@ -64,6 +65,7 @@ impl Object {
             Object::Gateway(o) => &o.metadata,
             Object::HttpRoute(o) => &o.metadata,
             Object::ReferenceGrant(o) => &o.metadata,
+            Object::Secret(o) => &o.metadata,
             Object::Service(o) => &o.metadata,
             Object::EndpointSlice(o) => &o.metadata,
             Object::Namespace(o) => &o.metadata,
@@ -76,6 +78,7 @@ impl Object {
             Object::Gateway(_) => "Gateway",
             Object::HttpRoute(_) => "HTTPRoute",
             Object::ReferenceGrant(_) => "ReferenceGrant",
+            Object::Secret(_) => "Secret",
             Object::Service(_) => "Service",
             Object::EndpointSlice(_) => "EndpointSlice",
             Object::Namespace(_) => "Namespace",
@@ -89,6 +92,7 @@ pub struct Store {
     pub gateways: BTreeMap<ObjectKey, Gateway>,
     pub http_routes: BTreeMap<ObjectKey, HttpRoute>,
     pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
+    pub secrets: BTreeMap<ObjectKey, Secret>,
     pub services: BTreeMap<ObjectKey, Service>,
     pub endpoint_slices: BTreeMap<ObjectKey, EndpointSlice>,
     pub namespaces: BTreeMap<String, Namespace>,
@@ -128,6 +132,10 @@ impl Store {
             Object::ReferenceGrant(mut o) => {
                 let key = defaulted(&mut o.metadata);
                 self.reference_grants.insert(key, *o);
+            }
+            Object::Secret(mut o) => {
+                let key = defaulted(&mut o.metadata);
+                self.secrets.insert(key, *o);
             }
             Object::Service(mut o) => {
                 let key = defaulted(&mut o.metadata);

@@ -6,7 +6,7 @@
 use std::fmt::Write;
 use std::sync::Arc;
 
-use http::uri::{PathAndQuery, Scheme};
+use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use serde::{Serialize, Serializer};
 
@@ -202,11 +202,6 @@ impl Filters {
             && self.mirrors.is_empty()
             && self.cors.is_none()
     }
-}
-
-/// The scheme a downstream request arrived with, as a redirect sees it.
-pub fn scheme_str(s: Option<&Scheme>) -> &str {
-    s.map_or("http", Scheme::as_str)
 }
 
 fn ser_pairs<S: Serializer>(v: &[(HeaderName, HeaderValue)], s: S) -> Result<S::Ok, S::Error> {

@@ -6,6 +6,7 @@
 //! endpoint over a pooled upstream client.
 
 pub mod backend;
+mod connection;
 pub mod cors;
 pub mod filters;
 pub mod http;
@@ -13,6 +14,7 @@ pub mod listener;
 pub mod routing;
 pub mod snapshot;
 pub mod telemetry;
+pub mod tls;
 
 pub use listener::{BindFailure, ListenerManager};
 pub use snapshot::{Listener, Protocol, Snapshot};

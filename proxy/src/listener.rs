@@ -6,8 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use socket2::{Domain, Protocol as SockProtocol, Socket, Type};
@@ -15,9 +14,10 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::http::{ConnInfo, ProxyState, handle};
+use crate::connection::Connections;
+use crate::http::ProxyState;
 use crate::snapshot::Snapshot;
-use crate::telemetry;
+use crate::{telemetry, tls};
 
 /// A socket the Snapshot wants but that could not be bound.
 #[derive(Debug, Clone)]
@@ -140,12 +140,23 @@ async fn serve(
     drain_timeout: Duration,
 ) {
     let label = local.to_string();
-    let active = telemetry::active_connections(&label);
     let accepted = telemetry::connections_total(&label);
     let graceful = GracefulShutdown::new();
-    // Fired at the drain deadline to close connections still open then.
-    let force_close = CancellationToken::new();
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let tls = match tls::server_config(Arc::clone(&state), local) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(%local, error = %e, "cannot build the TLS configuration");
+            return;
+        }
+    };
+    let connections = Connections {
+        state,
+        local,
+        builder: auto::Builder::new(TokioExecutor::new()),
+        tls,
+        active: telemetry::active_connections(&label),
+        force_close: CancellationToken::new(),
+    };
     loop {
         let (stream, peer) = tokio::select! {
             () = cancel.cancelled() => break,
@@ -163,32 +174,14 @@ async fn serve(
             tracing::debug!(error = %e, "set_nodelay failed");
         }
         accepted.increment(1);
-        let conn_info = Arc::new(ConnInfo::new(local, peer));
-        let state = Arc::clone(&state);
-        let svc = service_fn(move |req| handle(Arc::clone(&state), Arc::clone(&conn_info), req));
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), svc)
-            .into_owned();
-        let conn = graceful.watch(conn);
-        let active = active.clone();
-        let force_close = force_close.clone();
-        tokio::spawn(async move {
-            active.increment(1.0);
-            tokio::select! {
-                r = conn => if let Err(e) = r {
-                    tracing::debug!(%peer, error = %e, "connection ended with error");
-                },
-                () = force_close.cancelled() => tracing::debug!(%peer, "connection closed at drain deadline"),
-            }
-            active.decrement(1.0);
-        });
+        connections.spawn(stream, peer, graceful.watcher());
     }
     drop(listener);
     tokio::select! {
         () = graceful.shutdown() => tracing::debug!(%local, "listener drained"),
         () = tokio::time::sleep(drain_timeout) => {
             tracing::warn!(%local, "drain deadline passed; closing remaining connections");
-            force_close.cancel();
+            connections.force_close.cancel();
         }
     }
 }

@@ -11,6 +11,7 @@ use serde::Serialize;
 
 use crate::routing::RouteTable;
 use crate::telemetry::RouteStats;
+use crate::tls::TlsCerts;
 
 /// Everything the proxy serves at one moment.
 #[derive(Debug, Default, Serialize)]
@@ -39,6 +40,9 @@ pub struct Listener {
     pub sections: Vec<Arc<str>>,
     pub protocol: Protocol,
     pub routes: RouteTable,
+    /// Certificates by SNI when this socket terminates TLS.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsCerts>,
     /// Counts requests that matched no route on this listener.
     #[serde(skip)]
     pub unrouted: RouteStats,
@@ -58,12 +62,21 @@ impl Listener {
             sections,
             protocol: Protocol::Http,
             routes,
+            tls: None,
             unrouted,
         }
+    }
+
+    /// Makes this socket terminate TLS with `certs` before serving HTTP.
+    pub fn with_tls(mut self, certs: TlsCerts) -> Self {
+        self.protocol = Protocol::Https;
+        self.tls = Some(certs);
+        self
     }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Protocol {
     Http,
+    Https,
 }

@@ -13,6 +13,7 @@ pub const UPSTREAM_CONNECT_ERRORS_TOTAL: &str = "aether_upstream_connect_errors_
 pub const DOWNSTREAM_CONNECTIONS_ACTIVE: &str = "aether_downstream_connections_active";
 pub const DOWNSTREAM_CONNECTIONS_TOTAL: &str = "aether_downstream_connections_total";
 pub const LISTENER_BIND_ERRORS_TOTAL: &str = "aether_listener_bind_errors_total";
+pub const TLS_HANDSHAKE_ERRORS_TOTAL: &str = "aether_tls_handshake_errors_total";
 pub const MIRROR_REQUESTS_TOTAL: &str = "aether_mirror_requests_total";
 pub const MIRROR_SKIPPED_TOTAL: &str = "aether_mirror_skipped_total";
 

@@ -10,6 +10,7 @@ mod common;
 mod cases;
 mod conflicts;
 mod gateways;
+mod https;
 mod metrics;
 mod reload;
 mod routing;

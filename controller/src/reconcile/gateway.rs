@@ -8,7 +8,12 @@ use gateway_api::gateways::{
     GatewayListenersAllowedRoutesNamespacesSelector, GatewayStatusListenersSupportedKinds,
 };
 
+use std::sync::Arc;
+
+use aether_proxy::tls::CertifiedKey;
+
 use super::address::AddressError;
+use super::certificates;
 use super::route::RouteAttachment;
 use crate::store::{ObjectKey, Store};
 
@@ -31,12 +36,20 @@ pub struct ListenerModel<'a> {
     pub refs: Result<(), Problem>,
     pub supported_kinds: Vec<GatewayStatusListenersSupportedKinds>,
     pub attachments: Vec<RouteAttachment>,
+    /// The certificate an HTTPS listener terminates with.
+    pub certificate: Option<Arc<CertifiedKey>>,
 }
 
 impl ListenerModel<'_> {
     /// Can routes attach here and traffic be served?
     pub fn usable(&self) -> bool {
-        self.accepted.is_ok() && self.conflict.is_none()
+        self.accepted.is_ok()
+            && self.conflict.is_none()
+            && (!self.is_https() || self.certificate.is_some())
+    }
+
+    pub fn is_https(&self) -> bool {
+        self.spec.protocol == "HTTPS"
     }
 
     pub fn port(&self) -> Option<u16> {
@@ -93,9 +106,45 @@ fn selector_matches(
 /// Route kinds an HTTP listener can carry.
 const HTTP_KINDS: &[&str] = &["HTTPRoute"];
 
-/// Validates the listeners of one Gateway.
-pub fn listeners(gateway: &Gateway) -> Vec<ListenerModel<'_>> {
-    let mut out: Vec<ListenerModel<'_>> = gateway.spec.listeners.iter().map(validate).collect();
+/// Validates the listeners of one Gateway (in namespace `gateway_ns`).
+pub fn listeners<'g>(
+    store: &Store,
+    gateway_ns: &str,
+    gateway: &'g Gateway,
+) -> Vec<ListenerModel<'g>> {
+    let mut out: Vec<ListenerModel<'g>> = gateway.spec.listeners.iter().map(validate).collect();
+    for l in out
+        .iter_mut()
+        .filter(|l| l.accepted.is_ok() && l.is_https())
+    {
+        match certificates::resolve(store, gateway_ns, l.spec.tls.as_ref()) {
+            Ok(cert) => l.certificate = Some(cert),
+            Err(problem) => l.refs = Err(problem),
+        }
+    }
+    // One socket speaks one protocol: a later listener on a port an earlier one holds
+    // with another protocol is Conflicted.
+    for i in 0..out.len() {
+        if !out[i].usable() {
+            continue;
+        }
+        let clash = (0..i).find(|&j| {
+            out[j].usable()
+                && out[j].spec.port == out[i].spec.port
+                && out[j].spec.protocol != out[i].spec.protocol
+        });
+        if let Some(j) = clash {
+            let msg = format!(
+                "listener {} uses port {} with protocol {}, which listener {} serves as {}",
+                out[i].spec.name,
+                out[i].spec.port,
+                out[i].spec.protocol,
+                out[j].spec.name,
+                out[j].spec.protocol
+            );
+            out[i].conflict = Some(("ProtocolConflict", msg));
+        }
+    }
     // Two usable listeners on one port with the same hostname can't be told apart: the
     // first in spec order keeps serving, later ones are Conflicted.
     for i in 0..out.len() {
@@ -127,11 +176,15 @@ fn validate(spec: &GatewayListeners) -> ListenerModel<'_> {
         refs: Ok(()),
         supported_kinds: Vec::new(),
         attachments: Vec::new(),
+        certificate: None,
     };
-    if spec.protocol != "HTTP" {
+    if spec.protocol != "HTTP" && spec.protocol != "HTTPS" {
         model.accepted = Err((
             "UnsupportedProtocol",
-            format!("protocol {} is not supported yet; HTTP is", spec.protocol),
+            format!(
+                "protocol {} is not supported yet; HTTP and HTTPS are",
+                spec.protocol
+            ),
         ));
         return model;
     }

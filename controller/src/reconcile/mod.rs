@@ -3,6 +3,7 @@
 
 pub mod address;
 mod backend;
+mod certificates;
 pub mod conditions;
 mod filters;
 mod gateway;
@@ -89,7 +90,7 @@ pub fn reconcile(store: &Store, settings: &Settings) -> Outcome {
                 address: addresses
                     .remove(*key)
                     .unwrap_or(Err(AddressError::PoolExhausted)),
-                listeners: gateway::listeners(gw),
+                listeners: gateway::listeners(store, &key.namespace, gw),
             };
             ((*key).clone(), model)
         })

@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use aether_proxy::backend::{BackendSet, BackendTarget, WeightedBackend};
 use aether_proxy::filters::Filters;
-use aether_proxy::routing::{RouteEntry, RouteOrder, RouteTable, RouteTableBuilder, RuleAction};
+use aether_proxy::routing::{RouteEntry, RouteOrder, RouteTableBuilder, RuleAction};
 use aether_proxy::telemetry::RouteStats;
+use aether_proxy::tls::TlsCerts;
 use aether_proxy::{Listener, Snapshot};
 use gateway_api::httproutes::HttpRoute;
 
@@ -25,16 +26,20 @@ pub fn snapshot(
         let gateway: Arc<str> = model.key.to_string().into();
         // Several listeners on one port share a socket and one table; each listener's
         // hostname already scopes the entries it contributes.
-        let mut ports: BTreeMap<u16, (Vec<Arc<str>>, RouteTableBuilder)> = BTreeMap::new();
+        let mut ports: BTreeMap<u16, PortPlan> = BTreeMap::new();
         let mut actions: HashMap<usize, Vec<Arc<RuleAction>>> = HashMap::new();
         for listener in model.listeners.iter().filter(|l| l.usable()) {
             let Some(port) = listener.port() else {
                 continue;
             };
-            let (sections, builder) = ports
-                .entry(port)
-                .or_insert_with(|| (Vec::new(), RouteTable::builder()));
-            sections.push(listener.spec.name.as_str().into());
+            let plan = ports.entry(port).or_default();
+            plan.sections.push(listener.spec.name.as_str().into());
+            if let Some(cert) = &listener.certificate {
+                plan.tls
+                    .get_or_insert_with(TlsCerts::default)
+                    .add(listener.spec.hostname.as_deref(), Arc::clone(cert));
+            }
+            let builder = &mut plan.routes;
             for att in &listener.attachments {
                 let Some((route, _)) = routes.get(att.route) else {
                     continue;
@@ -64,13 +69,31 @@ pub fn snapshot(
                 }
             }
         }
-        for (port, (sections, builder)) in ports {
+        for (port, plan) in ports {
             let addr = SocketAddr::new(ip, port);
-            let listener = Listener::new(addr, Arc::clone(&gateway), sections, builder.build());
+            let mut listener = Listener::new(
+                addr,
+                Arc::clone(&gateway),
+                plan.sections,
+                plan.routes.build(),
+            );
+            if let Some(certs) = plan.tls {
+                listener = listener.with_tls(certs);
+            }
             snapshot.listeners.insert(addr, Arc::new(listener));
         }
     }
     snapshot
+}
+
+/// What the listeners sharing one port contribute to its socket.
+#[derive(Default)]
+struct PortPlan {
+    sections: Vec<Arc<str>>,
+    routes: RouteTableBuilder,
+    /// Set when the port's listeners are HTTPS (a protocol conflict keeps them from
+    /// mixing with HTTP ones).
+    tls: Option<TlsCerts>,
 }
 
 fn rule_actions(gateway: &str, route: &RouteModel) -> Vec<Arc<RuleAction>> {

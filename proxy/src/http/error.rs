@@ -24,6 +24,8 @@ pub enum ProxyError {
     Upstream(#[source] BoxError),
     #[error("the upstream did not answer within the route's timeout")]
     Timeout,
+    #[error("the request's host is not served with this connection's certificate")]
+    Misdirected,
     #[error("the request could not be forwarded: {0}")]
     BadRequest(&'static str),
 }
@@ -38,6 +40,7 @@ impl ProxyError {
             }
             ProxyError::Upstream(_) => StatusCode::BAD_GATEWAY,
             ProxyError::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::Misdirected => StatusCode::MISDIRECTED_REQUEST,
             ProxyError::BadRequest(_) => StatusCode::BAD_REQUEST,
         }
     }
@@ -50,6 +53,7 @@ impl ProxyError {
             ProxyError::UpstreamConnect(_) => "upstream connect error\n",
             ProxyError::Upstream(_) => "upstream request failed\n",
             ProxyError::Timeout => "upstream request timeout\n",
+            ProxyError::Misdirected => "misdirected request\n",
             ProxyError::BadRequest(msg) => msg,
         }
     }

@@ -29,7 +29,7 @@ pub use upstream::{UpstreamError, UpstreamSettings, Upstreams};
 
 use crate::backend::Pick;
 use crate::cors::Cors;
-use crate::filters::{Redirect, RedirectInput, scheme_str};
+use crate::filters::{Redirect, RedirectInput};
 use crate::routing::RuleAction;
 use crate::snapshot::Snapshot;
 use crate::telemetry::{RouteStats, upstream_connect_errors};
@@ -62,11 +62,15 @@ impl ProxyState {
     }
 }
 
-/// What a connection knows about itself, computed once at accept.
+/// What a connection knows about itself, computed once at accept (and handshake).
 pub struct ConnInfo {
     pub local: SocketAddr,
     pub peer: SocketAddr,
     pub client_ip: HeaderValue,
+    /// `https` when TLS was terminated, for `x-forwarded-proto` and redirects.
+    pub scheme: &'static str,
+    /// The TLS server name the client asked for.
+    pub sni: Option<Box<str>>,
 }
 
 impl ConnInfo {
@@ -77,7 +81,16 @@ impl ConnInfo {
             local,
             peer,
             client_ip,
+            scheme: "http",
+            sni: None,
         }
+    }
+
+    /// The same, for a connection whose TLS handshake chose `sni`.
+    pub fn tls(mut self, sni: Option<&str>) -> Self {
+        self.scheme = "https";
+        self.sni = sni.map(Into::into);
+        self
     }
 }
 
@@ -93,9 +106,14 @@ pub async fn handle(
     }
     let routed = match route(&state, &conn, &req) {
         Ok(routed) => routed,
-        Err(unrouted) => {
-            let resp = ProxyError::NoRoute.into_response();
-            if let Some(stats) = unrouted {
+        Err(miss) => {
+            let (err, stats) = match miss {
+                RouteMiss::NoListener => (ProxyError::NoRoute, None),
+                RouteMiss::NoRoute(stats) => (ProxyError::NoRoute, Some(stats)),
+                RouteMiss::Misdirected(stats) => (ProxyError::Misdirected, Some(stats)),
+            };
+            let resp = err.into_response();
+            if let Some(stats) = stats {
                 stats.record(resp.status().as_u16(), started.elapsed());
             }
             return Ok(resp);
@@ -130,29 +148,43 @@ pub(crate) struct Routed {
     pub(crate) matched_prefix: usize,
     /// The Gateway listener's port, for redirects that keep it.
     pub(crate) listener_port: u16,
+    /// `http` or `https`: how the client reached the listener.
+    pub(crate) scheme: &'static str,
 }
 
-/// Finds the rule for a request in the current Snapshot. When nothing matches, returns
-/// the listener's counter for unrouted requests (none if the socket has no listener).
+/// Why a request found no rule; the listener's counter for unrouted requests comes
+/// along when there is a listener.
+enum RouteMiss {
+    NoListener,
+    NoRoute(RouteStats),
+    /// The Host is served with another certificate than the one this TLS connection
+    /// negotiated (the spec's 421 case).
+    Misdirected(RouteStats),
+}
+
+/// Finds the rule for a request in the current Snapshot.
 fn route(
     state: &ProxyState,
     conn: &ConnInfo,
     req: &Request<Incoming>,
-) -> Result<Routed, Option<RouteStats>> {
+) -> Result<Routed, RouteMiss> {
     let snapshot = state.snapshot.load();
     let Some(listener) = snapshot.listener(&conn.local) else {
-        return Err(None);
+        return Err(RouteMiss::NoListener);
     };
-    let authority = req
-        .uri()
-        .authority()
-        .map(|a| a.as_str())
-        .or_else(|| {
-            req.headers()
-                .get(header::HOST)
-                .and_then(|h| h.to_str().ok())
-        })
-        .unwrap_or("");
+    let authority = request_authority(req);
+    if let (Some(certs), Some(sni)) = (&listener.tls, conn.sni.as_deref()) {
+        // A client may send another host over this connection only if the certificate
+        // it was given is the one that host is served with.
+        let host = strip_port(authority);
+        let same = match (certs.lookup(Some(sni)), certs.lookup(Some(host))) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        if !same {
+            return Err(RouteMiss::Misdirected(listener.unrouted.clone()));
+        }
+    }
     let entry = listener.routes.virtual_host(authority).and_then(|vh| {
         vh.find(
             req.method(),
@@ -166,9 +198,18 @@ fn route(
             action: Arc::clone(&e.action),
             matched_prefix: e.matcher.path.matched_prefix_len(),
             listener_port: listener.bind.port(),
+            scheme: conn.scheme,
         }),
-        None => Err(Some(listener.unrouted.clone())),
+        None => Err(RouteMiss::NoRoute(listener.unrouted.clone())),
     }
+}
+
+/// `host:port` without the port (IPv6 literals keep their brackets).
+fn strip_port(authority: &str) -> &str {
+    authority
+        .rsplit_once(':')
+        .filter(|(h, p)| !h.ends_with(':') && p.bytes().all(|b| b.is_ascii_digit()))
+        .map_or(authority, |(h, _)| h)
 }
 
 /// Applies the rule's filters, picks a backend endpoint and sends the request there
@@ -290,13 +331,9 @@ fn redirect_response(
     routed: &Routed,
     req: &Request<Incoming>,
 ) -> Response<Body> {
-    let authority = request_authority(req);
-    let host = authority
-        .rsplit_once(':')
-        .filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit()))
-        .map_or(authority, |(h, _)| h);
+    let host = strip_port(request_authority(req));
     let location = redirect.location(&RedirectInput {
-        scheme: scheme_str(req.uri().scheme()),
+        scheme: routed.scheme,
         host,
         listener_port: routed.listener_port,
         path: req.uri().path(),

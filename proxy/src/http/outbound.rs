@@ -47,7 +47,7 @@ pub fn prepare(parts: &mut RequestParts, t: &Context<'_>) -> Result<PathAndQuery
         }
     }
     headers::strip_hop_by_hop(&mut parts.headers);
-    headers::add_forwarded(&mut parts.headers, t.client_ip, "http");
+    headers::add_forwarded(&mut parts.headers, t.client_ip, t.routed.scheme);
     Ok(path_and_query)
 }
 

@@ -107,7 +107,14 @@ pub struct H1Conn {
 
 impl H1Conn {
     pub async fn connect(src: IpAddr, dst: SocketAddr) -> Result<Self, BoxError> {
-        let stream = connect_from(src, dst).await?;
+        Self::over(connect_from(src, dst).await?).await
+    }
+
+    /// HTTP/1.1 over an already established stream (e.g. a TLS session).
+    pub async fn over<S>(stream: S) -> Result<Self, BoxError>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
         let (sender, conn) = http1::handshake(TokioIo::new(stream)).await?;
         tokio::spawn(async move {
             let _ = conn.await;

@@ -329,7 +329,9 @@ where
 mod admin;
 mod clients;
 mod process;
+mod tls;
 
 pub use admin::*;
 pub use clients::*;
 pub use process::*;
+pub use tls::*;

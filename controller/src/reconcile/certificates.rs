@@ -1,0 +1,87 @@
+//! HTTPS listeners' certificateRefs: Secret lookup, ReferenceGrant, PEM parsing.
+
+use std::sync::Arc;
+
+use aether_proxy::tls::{self, CertifiedKey};
+use gateway_api::gateways::{GatewayListenersTls, GatewayListenersTlsMode};
+use k8s_openapi::api::core::v1::Secret;
+
+use super::gateway::Problem;
+use crate::store::{ObjectKey, Store};
+
+/// The certificate an HTTPS listener terminates with. Only the first certificateRef
+/// is served: one key type per listener is what clients of this edge need today.
+pub fn resolve(
+    store: &Store,
+    gateway_ns: &str,
+    tls: Option<&GatewayListenersTls>,
+) -> Result<Arc<CertifiedKey>, Problem> {
+    let Some(tls) = tls else {
+        return Err((
+            "InvalidCertificateRef",
+            "an HTTPS listener needs tls.certificateRefs".to_owned(),
+        ));
+    };
+    if matches!(tls.mode, Some(GatewayListenersTlsMode::Passthrough)) {
+        return Err((
+            "InvalidCertificateRef",
+            "HTTPS listeners terminate TLS; Passthrough is for TLS listeners".to_owned(),
+        ));
+    }
+    let Some(r) = tls.certificate_refs.iter().flatten().next() else {
+        return Err((
+            "InvalidCertificateRef",
+            "tls.certificateRefs is empty".to_owned(),
+        ));
+    };
+    let group = r.group.as_deref().unwrap_or("");
+    let kind = r.kind.as_deref().unwrap_or("Secret");
+    if !group.is_empty() || kind != "Secret" {
+        return Err((
+            "InvalidCertificateRef",
+            format!("certificateRef {group}/{kind} {} is not a Secret", r.name),
+        ));
+    }
+    let namespace = r.namespace.as_deref().unwrap_or(gateway_ns);
+    if namespace != gateway_ns
+        && !store.reference_granted("Gateway", gateway_ns, "", "Secret", namespace, &r.name)
+    {
+        return Err((
+            "RefNotPermitted",
+            format!(
+                "certificateRef to Secret {namespace}/{} crosses namespaces without a ReferenceGrant",
+                r.name
+            ),
+        ));
+    }
+    let key = ObjectKey::new(namespace, r.name.as_str());
+    let Some(secret) = store.secrets.get(&key) else {
+        return Err(("InvalidCertificateRef", format!("Secret {key} not found")));
+    };
+    let (Some(cert), Some(private_key)) = (field(secret, "tls.crt"), field(secret, "tls.key"))
+    else {
+        return Err((
+            "InvalidCertificateRef",
+            format!("Secret {key} has no tls.crt and tls.key"),
+        ));
+    };
+    // The parse error names what is wrong, never the key material itself.
+    tls::certified_key(&cert, &private_key)
+        .map_err(|e| ("InvalidCertificateRef", format!("Secret {key}: {e}")))
+}
+
+/// A Secret field from `data` (decoded) or `stringData` (as written in manifests).
+fn field(secret: &Secret, name: &str) -> Option<Vec<u8>> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(name))
+        .map(|b| b.0.clone())
+        .or_else(|| {
+            secret
+                .string_data
+                .as_ref()
+                .and_then(|d| d.get(name))
+                .map(|s| s.as_bytes().to_vec())
+        })
+}

@@ -1,0 +1,95 @@
+//! One accepted connection: optional TLS handshake, then HTTP/1.1 or HTTP/2 (chosen by
+//! ALPN or the client's preface) until it closes, drains, or is cut at the deadline.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::rt::{Read, Write};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::Watcher;
+use metrics::Gauge;
+use rustls::ServerConfig;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use crate::http::{ConnInfo, ProxyState, handle};
+use crate::telemetry;
+
+/// A client that has not finished its TLS handshake by then is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What every connection of one socket shares.
+#[derive(Clone)]
+pub struct Connections {
+    pub state: Arc<ProxyState>,
+    pub local: SocketAddr,
+    pub builder: auto::Builder<TokioExecutor>,
+    pub tls: Arc<ServerConfig>,
+    pub active: Gauge,
+    /// Fired at the drain deadline to close connections still open then.
+    pub force_close: CancellationToken,
+}
+
+impl Connections {
+    /// Serves `stream` on its own task. Whether it speaks TLS is decided by the
+    /// Snapshot current at accept time.
+    pub fn spawn(&self, stream: TcpStream, peer: SocketAddr, watcher: Watcher) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            this.active.increment(1.0);
+            let terminates_tls = this
+                .state
+                .snapshot
+                .load()
+                .listener(&this.local)
+                .is_some_and(|l| l.tls.is_some());
+            let info = ConnInfo::new(this.local, peer);
+            if terminates_tls {
+                let acceptor = TlsAcceptor::from(Arc::clone(&this.tls));
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                    Ok(Ok(tls)) => {
+                        let sni = tls.get_ref().1.server_name().map(str::to_owned);
+                        this.serve(TokioIo::new(tls), info.tls(sni.as_deref()), watcher)
+                            .await;
+                    }
+                    Ok(Err(e)) => {
+                        metrics::counter!(telemetry::TLS_HANDSHAKE_ERRORS_TOTAL).increment(1);
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    }
+                    Err(_) => {
+                        metrics::counter!(telemetry::TLS_HANDSHAKE_ERRORS_TOTAL).increment(1);
+                        tracing::debug!(%peer, "TLS handshake timed out");
+                    }
+                }
+            } else {
+                this.serve(TokioIo::new(stream), info, watcher).await;
+            }
+            this.active.decrement(1.0);
+        });
+    }
+
+    async fn serve<I>(&self, io: I, info: ConnInfo, watcher: Watcher)
+    where
+        I: Read + Write + Unpin + Send + 'static,
+    {
+        let peer = info.peer;
+        let info = Arc::new(info);
+        let state = Arc::clone(&self.state);
+        let svc = service_fn(move |req| handle(Arc::clone(&state), Arc::clone(&info), req));
+        let conn = watcher.watch(
+            self.builder
+                .serve_connection_with_upgrades(io, svc)
+                .into_owned(),
+        );
+        tokio::select! {
+            r = conn => if let Err(e) = r {
+                tracing::debug!(%peer, error = %e, "connection ended with error");
+            },
+            () = self.force_close.cancelled() => tracing::debug!(%peer, "connection closed at drain deadline"),
+        }
+    }
+}

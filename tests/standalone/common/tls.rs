@@ -1,0 +1,101 @@
+//! Test PKI (rcgen) and a TLS client (tokio-rustls) that reports what the server sent.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+use super::*;
+
+/// A throwaway certificate authority.
+pub struct TestCa {
+    issuer: Issuer<'static, KeyPair>,
+    pub cert_der: CertificateDer<'static>,
+}
+
+/// A server certificate and key, PEM-encoded as a `kubernetes.io/tls` Secret holds them.
+pub struct Leaf {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub cert_der: CertificateDer<'static>,
+}
+
+impl TestCa {
+    pub fn new(name: &str) -> Result<Self, BoxError> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let key = KeyPair::generate()?;
+        let cert = params.self_signed(&key)?;
+        Ok(Self {
+            cert_der: cert.der().clone(),
+            issuer: Issuer::new(params, key),
+        })
+    }
+
+    pub fn leaf(&self, names: &[&str]) -> Result<Leaf, BoxError> {
+        let params =
+            CertificateParams::new(names.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())?;
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok(Leaf {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            cert_der: cert.der().clone(),
+        })
+    }
+}
+
+/// A `kubernetes.io/tls` Secret manifest holding `leaf`.
+pub fn tls_secret(ns: &str, name: &str, leaf: &Leaf) -> String {
+    let indent = |pem: &str| {
+        pem.trim()
+            .lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    };
+    format!(
+        "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: {ns}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
+        indent(&leaf.cert_pem),
+        indent(&leaf.key_pem)
+    )
+}
+
+/// Opens a TLS session from `src` to `dst` asking for `sni`, trusting only `ca`.
+/// Returns the stream and the leaf certificate the server presented.
+pub async fn tls_connect(
+    src: IpAddr,
+    dst: SocketAddr,
+    sni: &str,
+    ca: &TestCa,
+    alpn: &[&[u8]],
+) -> Result<(TlsStream<TcpStream>, CertificateDer<'static>), BoxError> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.cert_der.clone())?;
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let tcp = connect_from(src, dst).await?;
+    let name = ServerName::try_from(sni.to_owned())?;
+    let tls = tokio::time::timeout(
+        REQUEST_TIMEOUT,
+        TlsConnector::from(Arc::new(config)).connect(name, tcp),
+    )
+    .await??;
+    let presented = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .cloned()
+        .ok_or_else(|| err("the server presented no certificate"))?;
+    Ok((tls, presented))
+}
