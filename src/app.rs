@@ -1,30 +1,28 @@
-//! `aether-edge run`: files -> Store -> reconcile -> Snapshot -> listeners, and status to
+//! `aether-edge run`: files (or the cluster: `kubernetes.rs`) -> Store -> reconcile -> Snapshot -> listeners, and status to
 //! the admin server; then drain on SIGTERM/SIGINT.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use aether_controller::Timestamp;
-use aether_controller::manifest::ManifestError;
-use aether_controller::{Settings, Statuses, reconcile};
+use aether_controller::{Settings, reconcile};
 use aether_proxy::http::{ProxyState, UpstreamSettings};
-use aether_proxy::{ListenerManager, Snapshot, telemetry};
+use aether_proxy::{ListenerManager, telemetry};
 use anyhow::Context;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use metrics::{counter, gauge};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::admin::{self, AdminState};
 use crate::cli::RunArgs;
 use crate::files::{self, FileSource};
+use crate::publish::Publisher;
 
 /// Editors write in bursts; one reconcile per burst.
-const SETTLE: Duration = Duration::from_millis(100);
+pub(crate) const SETTLE: Duration = Duration::from_millis(100);
 /// How often sockets that failed to bind are tried again.
-const BIND_RETRY: Duration = Duration::from_secs(1);
+pub(crate) const BIND_RETRY: Duration = Duration::from_secs(1);
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let prometheus = install_metrics()?;
@@ -44,16 +42,36 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         controller_name: args.controller_name.clone(),
         address_pool: args.address_pool,
     };
+    let manager =
+        ListenerManager::new(Arc::clone(&proxy), args.drain_timeout, args.limits.limits());
+    let mut publisher = Publisher::new(manager, Arc::clone(&admin));
+    if args.kubernetes {
+        crate::kubernetes::run(&args, settings, &mut publisher).await?;
+    } else {
+        run_files(&args, settings, &mut publisher).await?;
+    }
+    tracing::info!(timeout = ?args.drain_timeout, "draining");
+    proxy.draining.store(true, Ordering::Release);
+    // Readiness is already failing; give load balancers time to stop sending before
+    // the sockets close.
+    tokio::time::sleep(args.drain_delay).await;
+    publisher.manager.shutdown().await;
+    tracing::info!("drained; exiting");
+    Ok(())
+}
+
+/// Standalone: serves the manifests until SIGTERM/SIGINT.
+async fn run_files(
+    args: &RunArgs,
+    settings: Settings,
+    publisher: &mut Publisher,
+) -> anyhow::Result<()> {
     let (_watcher, mut changes) =
         files::watch(&args.manifests, SETTLE).context("cannot watch the manifests")?;
     let mut control = Control {
         source: FileSource::new(args.manifests.clone()),
         settings,
-        manager: ListenerManager::new(Arc::clone(&proxy), args.drain_timeout),
-        admin: Arc::clone(&admin),
-        generation: 0,
-        current: None,
-        statuses: Statuses::default(),
+        publisher,
     };
     control.reload().await?;
 
@@ -64,7 +82,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         tokio::select! {
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
-            _ = bind_retry.tick() => control.retry_binds(),
+            _ = bind_retry.tick() => { control.publisher.retry_binds(); }
             tick = changes.recv() => {
                 if tick.is_none() { break; }
                 if let Err(e) = control.reload().await {
@@ -73,10 +91,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
     }
-    tracing::info!(timeout = ?args.drain_timeout, "draining");
-    proxy.draining.store(true, Ordering::Release);
-    control.manager.shutdown().await;
-    tracing::info!("drained; exiting");
     Ok(())
 }
 
@@ -99,28 +113,14 @@ fn install_metrics() -> anyhow::Result<PrometheusHandle> {
     Ok(handle)
 }
 
-/// The control side: owns the source, the listener set and the last statuses.
-struct Control {
+/// The file source's side: re-reads the manifests and reconciles on every change.
+struct Control<'p> {
     source: FileSource,
     settings: Settings,
-    manager: ListenerManager,
-    admin: Arc<AdminState>,
-    generation: u64,
-    /// The last reconcile, kept to re-publish when a failed bind is retried.
-    current: Option<Published>,
-    /// Statuses as last published, for carrying condition transition times.
-    statuses: Statuses,
+    publisher: &'p mut Publisher,
 }
 
-/// What the last reconcile produced, before bind results were folded in.
-struct Published {
-    snapshot: Arc<Snapshot>,
-    statuses: Statuses,
-    errors: Vec<ManifestError>,
-    bind_failures: usize,
-}
-
-impl Control {
+impl Control<'_> {
     /// Re-reads the manifests, reconciles, and publishes the result.
     async fn reload(&mut self) -> anyhow::Result<()> {
         let mut source = std::mem::replace(&mut self.source, FileSource::new(Vec::new()));
@@ -134,59 +134,7 @@ impl Control {
         .await
         .context("reconcile task failed")?;
         self.source = source;
-
-        self.generation += 1;
-        let mut snapshot = outcome.snapshot;
-        snapshot.generation = self.generation;
-        counter!("aether_config_reloads_total", "result" => if errors.is_empty() { "ok" } else { "partial" }).increment(1);
-        gauge!("aether_config_generation").set(self.generation as f64);
-        self.current = Some(Published {
-            snapshot: Arc::new(snapshot),
-            statuses: outcome.statuses,
-            errors,
-            bind_failures: 0,
-        });
-        self.publish();
+        self.publisher.outcome(outcome, errors);
         Ok(())
     }
-
-    /// Brings listeners in line with the current Snapshot and publishes the statuses,
-    /// with any sockets that could not be bound marked on their listeners.
-    fn publish(&mut self) {
-        let Some(current) = self.current.as_mut() else {
-            return;
-        };
-        let failures = self.manager.apply(Arc::clone(&current.snapshot));
-        let mut statuses = current.statuses.clone();
-        statuses.mark_bind_failures(&current.snapshot, &failures);
-        statuses.carry_transition_times(&self.statuses, Timestamp::now());
-        self.admin
-            .status
-            .store(Arc::new(render_status(&statuses, &current.errors)));
-        tracing::info!(
-            generation = self.generation,
-            listeners = current.snapshot.listeners.len(),
-            errors = current.errors.len(),
-            bind_failures = failures.len(),
-            "configuration applied"
-        );
-        current.bind_failures = failures.len();
-        self.statuses = statuses;
-    }
-
-    /// Sockets that failed to bind (typically a port still held by another process)
-    /// are retried until they bind or the configuration stops asking for them.
-    fn retry_binds(&mut self) {
-        if self.current.as_ref().is_some_and(|c| c.bind_failures > 0) {
-            self.publish();
-        }
-    }
-}
-
-fn render_status(statuses: &Statuses, errors: &[ManifestError]) -> Bytes {
-    let doc = serde_json::json!({
-        "items": statuses.items(),
-        "manifestErrors": errors,
-    });
-    serde_json::to_vec_pretty(&doc).unwrap_or_default().into()
 }

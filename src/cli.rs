@@ -30,8 +30,31 @@ pub enum Command {
 pub struct RunArgs {
     /// A YAML file (multi-document) or a directory of *.yaml/*.yml files. Repeatable.
     /// Watched: edits are live within a second.
-    #[arg(long = "manifests", required = true, value_name = "PATH")]
+    #[arg(
+        long = "manifests",
+        required_unless_present = "kubernetes",
+        conflicts_with = "kubernetes",
+        value_name = "PATH"
+    )]
     pub manifests: Vec<PathBuf>,
+
+    /// Watch the cluster instead of files (in-cluster config, or the kubeconfig from
+    /// KUBECONFIG / ~/.kube/config), write status, and give every Gateway a Service.
+    #[arg(long)]
+    pub kubernetes: bool,
+
+    /// Kubernetes mode: internal ports for (Gateway, listener port) pairs; listeners
+    /// bind 0.0.0.0:<internal port> and each Gateway's Service targets them.
+    #[arg(long, default_value = "20000-29999", value_name = "FIRST-LAST")]
+    pub internal_port_range: aether_controller::reconcile::ports::PortRange,
+
+    /// Kubernetes mode: labels of the edge pods, the Gateway Services' selector.
+    #[arg(long, default_value = "app.kubernetes.io/name=aether-edge", value_parser = parse_labels, value_name = "K=V,...")]
+    pub pod_selector: std::collections::BTreeMap<String, String>,
+
+    /// Kubernetes mode: the address listeners bind their internal ports on.
+    #[arg(long, default_value = "0.0.0.0", value_name = "IP")]
+    pub listen_address: std::net::IpAddr,
 
     /// Serve only GatewayClasses with this spec.controllerName, and their Gateways.
     #[arg(long, default_value = "aether.io/edge", value_name = "NAME")]
@@ -49,6 +72,56 @@ pub struct RunArgs {
     /// take to finish before their connections are closed.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub drain_timeout: Duration,
+
+    /// On SIGTERM/SIGINT: how long readiness reports 503 before listeners stop
+    /// accepting, so load balancers notice first.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub drain_delay: Duration,
+
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+/// Client limits; each breach gets a clean answer (408/431) or a refused connection.
+#[derive(Debug, Clone, Args)]
+pub struct LimitArgs {
+    /// Time to send a request's headers; also the idle timeout of keep-alive HTTP/1.1.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub header_read_timeout: Duration,
+
+    /// Largest request head in bytes (431 beyond; at least 8192).
+    #[arg(long, default_value_t = 64 * 1024, value_name = "BYTES")]
+    pub max_header_bytes: usize,
+
+    /// Most request headers (431 beyond).
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    pub max_headers: usize,
+
+    /// Concurrent streams per HTTP/2 connection.
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    pub max_concurrent_streams: u32,
+
+    /// Connections per listener socket; more are refused at accept.
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub max_connections_per_listener: usize,
+
+    /// Connections across all listeners.
+    #[arg(long, default_value_t = 50_000, value_name = "N")]
+    pub max_connections: usize,
+}
+
+impl LimitArgs {
+    pub fn limits(&self) -> aether_proxy::Limits {
+        aether_proxy::Limits {
+            header_read_timeout: self.header_read_timeout,
+            max_header_bytes: self.max_header_bytes,
+            max_headers: self.max_headers,
+            max_concurrent_streams: self.max_concurrent_streams,
+            max_connections_per_listener: self.max_connections_per_listener,
+            max_connections: self.max_connections,
+            ..aether_proxy::Limits::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -65,4 +138,16 @@ pub struct EchoArgs {
     /// to see traffic that gets no answer back, such as mirrored requests).
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
+}
+
+fn parse_labels(s: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
+    s.split(',')
+        .filter(|kv| !kv.trim().is_empty())
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+                .filter(|(k, _)| !k.is_empty())
+                .ok_or_else(|| format!("{kv:?} is not KEY=VALUE"))
+        })
+        .collect()
 }

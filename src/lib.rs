@@ -6,3 +6,5 @@ pub mod app;
 pub mod cli;
 pub mod echo;
 pub mod files;
+pub mod kubernetes;
+pub mod publish;

@@ -17,6 +17,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::http::{ConnInfo, ProxyState, handle};
+use crate::limits::Slot;
 use crate::telemetry;
 
 /// A client that has not finished its TLS handshake by then is dropped.
@@ -37,9 +38,10 @@ pub struct Connections {
 impl Connections {
     /// Serves `stream` on its own task. Whether it speaks TLS is decided by the
     /// Snapshot current at accept time.
-    pub fn spawn(&self, stream: TcpStream, peer: SocketAddr, watcher: Watcher) {
+    pub fn spawn(&self, stream: TcpStream, peer: SocketAddr, watcher: Watcher, slot: Slot) {
         let this = self.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             this.active.increment(1.0);
             let terminates_tls = this
                 .state

@@ -10,11 +10,13 @@ mod connection;
 pub mod cors;
 pub mod filters;
 pub mod http;
+pub mod limits;
 pub mod listener;
 pub mod routing;
 pub mod snapshot;
 pub mod telemetry;
 pub mod tls;
 
+pub use limits::Limits;
 pub use listener::{BindFailure, ListenerManager};
 pub use snapshot::{Listener, Protocol, Snapshot};

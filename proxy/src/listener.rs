@@ -6,16 +6,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::TokioExecutor;
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use socket2::{Domain, Protocol as SockProtocol, Socket, Type};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::connection::Connections;
 use crate::http::ProxyState;
+use crate::limits::{ConnectionSlots, Limits, Refusal};
 use crate::snapshot::Snapshot;
 use crate::{telemetry, tls};
 
@@ -34,16 +34,21 @@ struct Running {
 pub struct ListenerManager {
     state: Arc<ProxyState>,
     drain_timeout: Duration,
+    limits: Arc<Limits>,
+    /// Connection slots shared by every listener.
+    total_slots: Arc<Semaphore>,
     running: HashMap<SocketAddr, Running>,
 }
 
 const BACKLOG: i32 = 1024;
 
 impl ListenerManager {
-    pub fn new(state: Arc<ProxyState>, drain_timeout: Duration) -> Self {
+    pub fn new(state: Arc<ProxyState>, drain_timeout: Duration, limits: Limits) -> Self {
         Self {
             state,
             drain_timeout,
+            total_slots: Arc::new(Semaphore::new(limits.max_connections)),
+            limits: Arc::new(limits),
             running: HashMap::new(),
         }
     }
@@ -77,8 +82,15 @@ impl ListenerManager {
                     let cancel = CancellationToken::new();
                     let task = tokio::spawn(serve(
                         listener,
-                        *addr,
-                        Arc::clone(&self.state),
+                        SocketPlan {
+                            local: *addr,
+                            state: Arc::clone(&self.state),
+                            limits: Arc::clone(&self.limits),
+                            slots: ConnectionSlots::new(
+                                Arc::clone(&self.total_slots),
+                                self.limits.max_connections_per_listener,
+                            ),
+                        },
                         cancel.clone(),
                         self.drain_timeout,
                     ));
@@ -132,13 +144,26 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::from_std(socket.into())
 }
 
-async fn serve(
-    listener: TcpListener,
+/// What the accept loop of one socket works with.
+struct SocketPlan {
     local: SocketAddr,
     state: Arc<ProxyState>,
+    limits: Arc<Limits>,
+    slots: ConnectionSlots,
+}
+
+async fn serve(
+    listener: TcpListener,
+    socket: SocketPlan,
     cancel: CancellationToken,
     drain_timeout: Duration,
 ) {
+    let SocketPlan {
+        local,
+        state,
+        limits,
+        slots,
+    } = socket;
     let label = local.to_string();
     let accepted = telemetry::connections_total(&label);
     let graceful = GracefulShutdown::new();
@@ -152,7 +177,7 @@ async fn serve(
     let connections = Connections {
         state,
         local,
-        builder: auto::Builder::new(TokioExecutor::new()),
+        builder: limits.server_builder(),
         tls,
         active: telemetry::active_connections(&label),
         force_close: CancellationToken::new(),
@@ -170,11 +195,26 @@ async fn serve(
                 }
             },
         };
+        let slot = match slots.try_take() {
+            Ok(slot) => slot,
+            Err(why) => {
+                // Refusing at accept keeps a flood from costing more than a close.
+                let reason = match why {
+                    Refusal::ListenerFull => "listener_full",
+                    Refusal::ProcessFull => "process_full",
+                };
+                metrics::counter!(telemetry::CONNECTIONS_REFUSED_TOTAL, "reason" => reason)
+                    .increment(1);
+                tracing::debug!(%local, %peer, reason, "connection refused");
+                drop(stream);
+                continue;
+            }
+        };
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "set_nodelay failed");
         }
         accepted.increment(1);
-        connections.spawn(stream, peer, graceful.watcher());
+        connections.spawn(stream, peer, graceful.watcher(), slot);
     }
     drop(listener);
     tokio::select! {

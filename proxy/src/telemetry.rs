@@ -14,6 +14,8 @@ pub const DOWNSTREAM_CONNECTIONS_ACTIVE: &str = "aether_downstream_connections_a
 pub const DOWNSTREAM_CONNECTIONS_TOTAL: &str = "aether_downstream_connections_total";
 pub const LISTENER_BIND_ERRORS_TOTAL: &str = "aether_listener_bind_errors_total";
 pub const TLS_HANDSHAKE_ERRORS_TOTAL: &str = "aether_tls_handshake_errors_total";
+pub const CONNECTIONS_REFUSED_TOTAL: &str = "aether_connections_refused_total";
+pub const REQUESTS_REFUSED_TOTAL: &str = "aether_requests_refused_total";
 pub const MIRROR_REQUESTS_TOTAL: &str = "aether_mirror_requests_total";
 pub const MIRROR_SKIPPED_TOTAL: &str = "aether_mirror_skipped_total";
 

@@ -11,6 +11,7 @@ mod cases;
 mod conflicts;
 mod gateways;
 mod https;
+mod limits;
 mod metrics;
 mod reload;
 mod routing;

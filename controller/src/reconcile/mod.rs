@@ -8,7 +8,9 @@ pub mod conditions;
 mod filters;
 mod gateway;
 pub mod hostname;
+pub mod ports;
 mod route;
+pub mod services;
 mod translate;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -21,6 +23,7 @@ use gateway_api::gateways::{
 };
 use gateway_api::httproutes::HttpRouteStatus;
 use ipnet::IpNet;
+use k8s_openapi::api::core::v1::Service;
 
 use self::address::{AddressError, AddressRequest};
 use self::conditions as cond;
@@ -35,12 +38,40 @@ pub struct Settings {
     pub address_pool: IpNet,
 }
 
+/// Where Gateways' listeners are served.
+#[derive(Debug, Clone)]
+pub enum Addressing {
+    /// Standalone: each Gateway gets a local address; listeners bind `address:port`.
+    LocalPool(IpNet),
+    /// Kubernetes: each (Gateway, listener port) gets an internal port from `range`;
+    /// listeners bind `0.0.0.0:<internal port>` behind a Service per Gateway.
+    InternalPorts {
+        range: ports::PortRange,
+        service: services::ServiceSettings,
+        /// Usually `0.0.0.0`; tests running several instances use loopback addresses.
+        bind: IpAddr,
+    },
+}
+
 pub struct Outcome {
     pub snapshot: Snapshot,
     pub statuses: Statuses,
+    /// The Service each Gateway should have (Kubernetes mode; empty otherwise).
+    pub services: BTreeMap<ObjectKey, Service>,
 }
 
+/// Standalone reconcile: addresses from `settings.address_pool`.
 pub fn reconcile(store: &Store, settings: &Settings) -> Outcome {
+    reconcile_with(
+        store,
+        settings,
+        &Addressing::LocalPool(settings.address_pool),
+    )
+}
+
+/// Reconcile with an explicit addressing mode (`settings.address_pool` is used only by
+/// [`Addressing::LocalPool`]).
+pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressing) -> Outcome {
     let mut statuses = Statuses::default();
     let mut ours: BTreeSet<&str> = BTreeSet::new();
     for (name, class) in &store.gateway_classes {
@@ -80,7 +111,14 @@ pub fn reconcile(store: &Store, settings: &Settings) -> Outcome {
         .iter()
         .map(|(k, g)| ((*k).clone(), address_request(g)))
         .collect();
-    let mut addresses = address::allocate(&settings.address_pool, &requests);
+    let mut addresses = match addressing {
+        Addressing::LocalPool(pool) => address::allocate(pool, &requests),
+        // Every listener binds all interfaces; its port tells Gateways apart.
+        Addressing::InternalPorts { bind, .. } => requests
+            .iter()
+            .map(|(k, _)| (k.clone(), Ok(*bind)))
+            .collect(),
+    };
     let mut models: BTreeMap<ObjectKey, GatewayModel<'_>> = ordered
         .iter()
         .map(|(key, gw)| {
@@ -95,6 +133,16 @@ pub fn reconcile(store: &Store, settings: &Settings) -> Outcome {
             ((*key).clone(), model)
         })
         .collect();
+    let plan = match addressing {
+        Addressing::LocalPool(_) => None,
+        Addressing::InternalPorts { range, service, .. } => Some(services::plan(
+            store,
+            &ordered,
+            &mut models,
+            *range,
+            service,
+        )),
+    };
 
     let mut resolver = backend::BackendResolver::new(store);
     let routes: Vec<_> = store
@@ -115,17 +163,25 @@ pub fn reconcile(store: &Store, settings: &Settings) -> Outcome {
         }
     }
 
-    let snapshot = translate::snapshot(&models, &routes);
+    let snapshot = translate::snapshot(&models, &routes, plan.as_ref().map(|p| &p.ports));
     for model in models.values() {
+        let mut status = gateway_status(model);
+        if let Some(plan) = &plan {
+            plan.adjust_status(store, model, &mut status);
+        }
         statuses.gateways.insert(
             model.key.clone(),
             ObjectStatus {
                 generation: model.generation,
-                status: gateway_status(model),
+                status,
             },
         );
     }
-    Outcome { snapshot, statuses }
+    Outcome {
+        snapshot,
+        statuses,
+        services: plan.map(|p| p.services).unwrap_or_default(),
+    }
 }
 
 fn address_request(gw: &Gateway) -> AddressRequest {

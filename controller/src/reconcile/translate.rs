@@ -19,6 +19,7 @@ use crate::store::ObjectKey;
 pub fn snapshot(
     gateways: &BTreeMap<ObjectKey, GatewayModel<'_>>,
     routes: &[(RouteModel, &HttpRoute)],
+    internal_ports: Option<&BTreeMap<ObjectKey, BTreeMap<u16, u16>>>,
 ) -> Snapshot {
     let mut snapshot = Snapshot::default();
     for model in gateways.values() {
@@ -70,7 +71,13 @@ pub fn snapshot(
             }
         }
         for (port, plan) in ports {
-            let addr = SocketAddr::new(ip, port);
+            // Kubernetes mode binds each listener port's internal port instead.
+            let bind = match internal_ports {
+                None => Some(port),
+                Some(all) => all.get(&model.key).and_then(|m| m.get(&port)).copied(),
+            };
+            let Some(bind) = bind else { continue };
+            let addr = SocketAddr::new(ip, bind);
             let mut listener = Listener::new(
                 addr,
                 Arc::clone(&gateway),

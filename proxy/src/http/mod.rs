@@ -6,6 +6,7 @@
 mod error;
 mod h2pool;
 mod headers;
+mod integrity;
 mod mirror;
 mod outbound;
 mod upgrade;
@@ -103,6 +104,11 @@ pub async fn handle(
     let started = Instant::now();
     if req.uri().path() == READYZ_PATH {
         return Ok(readyz(&state));
+    }
+    if let Err(why) = integrity::check(&req) {
+        metrics::counter!(crate::telemetry::REQUESTS_REFUSED_TOTAL, "reason" => "integrity")
+            .increment(1);
+        return Ok(ProxyError::BadRequest(why).into_response());
     }
     let routed = match route(&state, &conn, &req) {
         Ok(routed) => routed,

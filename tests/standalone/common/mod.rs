@@ -234,6 +234,16 @@ impl TestEnv {
         label: &str,
         manifests: &[PathBuf],
     ) -> Result<Proc, BoxError> {
+        self.spawn_edge_args(label, manifests, &[]).await
+    }
+
+    /// Like `spawn_edge_with`, with extra command-line flags.
+    pub async fn spawn_edge_args(
+        &self,
+        label: &str,
+        manifests: &[PathBuf],
+        extra: &[&str],
+    ) -> Result<Proc, BoxError> {
         let mut args = vec!["run".to_owned()];
         for m in manifests {
             args.push("--manifests".to_owned());
@@ -247,6 +257,7 @@ impl TestEnv {
             "--drain-timeout".to_owned(),
             "5s".to_owned(),
         ]);
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
         let mut proc = self.spawn(label, &args)?;
         let net = self.net;
         eventually("edge admin /readyz is 200", EVENTUALLY, || {

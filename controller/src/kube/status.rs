@@ -1,0 +1,313 @@
+//! Writes computed status to the status subresource without storms: nothing is
+//! written when the server already holds it (conditions compared without
+//! `lastTransitionTime`, which is carried over from the server's object while a
+//! condition's status is unchanged), so every replica converges on the same bytes;
+//! writes are server-side apply under one field manager; bursts coalesce (only the
+//! latest Statuses is kept); failures back off.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::{HttpRoute, HttpRouteStatusParents};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Client};
+use metrics::counter;
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::FIELD_MANAGER;
+use super::watch::Shared;
+use crate::Statuses;
+use crate::store::ObjectKey;
+
+/// The Gateway API caps `status.parents` at 32 entries.
+const MAX_PARENTS: usize = 32;
+/// Least time between two write passes: coalesces churn.
+const MIN_INTERVAL: Duration = Duration::from_millis(200);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+pub struct StatusWriter {
+    client: Client,
+    shared: Arc<Shared>,
+    controller_name: String,
+    /// What we last wrote per object, with the resourceVersion it produced: a watch
+    /// event older than our write must not make us write the same thing again.
+    written: HashMap<(&'static str, ObjectKey), (u64, Value)>,
+}
+
+/// One object's write, ready to send.
+struct Write {
+    kind: &'static str,
+    key: ObjectKey,
+    /// The status as compared (our part, transition times stripped).
+    ours: Value,
+    body: Value,
+}
+
+impl StatusWriter {
+    pub fn new(client: Client, shared: Arc<Shared>, controller_name: String) -> Self {
+        Self {
+            client,
+            shared,
+            controller_name,
+            written: HashMap::new(),
+        }
+    }
+
+    /// Writes the latest Statuses from `rx` until the sender goes away.
+    pub async fn run(mut self, mut rx: watch::Receiver<Arc<Statuses>>) {
+        let mut backoff = MIN_INTERVAL;
+        loop {
+            let desired = Arc::clone(&rx.borrow_and_update());
+            let failed = self.sync(&desired).await;
+            let wait = if failed {
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                backoff
+            } else {
+                backoff = MIN_INTERVAL;
+                MIN_INTERVAL
+            };
+            tokio::time::sleep(wait).await;
+            // After a failure retry even without news; otherwise wait for a change.
+            if !failed && rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// One pass: writes every object whose status differs. True if any write failed.
+    async fn sync(&mut self, desired: &Statuses) -> bool {
+        let writes = self.shared.with(|store| {
+            let mut out = Vec::new();
+            for (name, s) in &desired.gateway_classes {
+                if let Some(obj) = store.gateway_classes.get(name) {
+                    let mut status = s.status.clone();
+                    carry(
+                        status.conditions.iter_mut().flatten(),
+                        obj.status.as_ref().and_then(|x| x.conditions.as_deref()),
+                    );
+                    let server = obj.status.as_ref().map(to_value);
+                    out.push(self.plan(
+                        "GatewayClass",
+                        ObjectKey::new("", name),
+                        rv(&obj.metadata),
+                        to_value(&status),
+                        server,
+                        None,
+                    ));
+                }
+            }
+            for (key, s) in &desired.gateways {
+                if let Some(obj) = store.gateways.get(key) {
+                    let mut status = s.status.clone();
+                    let server = obj.status.as_ref();
+                    carry(
+                        status.conditions.iter_mut().flatten(),
+                        server.and_then(|x| x.conditions.as_deref()),
+                    );
+                    for l in status.listeners.iter_mut().flatten() {
+                        let prev = server
+                            .and_then(|x| x.listeners.as_ref())
+                            .and_then(|ls| ls.iter().find(|x| x.name == l.name));
+                        carry(
+                            l.conditions.iter_mut(),
+                            prev.map(|p| p.conditions.as_slice()),
+                        );
+                    }
+                    out.push(self.plan(
+                        "Gateway",
+                        key.clone(),
+                        rv(&obj.metadata),
+                        to_value(&status),
+                        server.map(to_value),
+                        None,
+                    ));
+                }
+            }
+            for (key, s) in &desired.http_routes {
+                if let Some(obj) = store.http_routes.get(key) {
+                    let server: &[HttpRouteStatusParents] =
+                        obj.status.as_ref().map_or(&[], |x| x.parents.as_slice());
+                    let (mine, others): (Vec<_>, Vec<_>) = server
+                        .iter()
+                        .partition(|p| p.controller_name == self.controller_name);
+                    let mut ours = s.status.parents.clone();
+                    for p in &mut ours {
+                        let prev = mine.iter().find(|x| x.parent_ref == p.parent_ref);
+                        carry(
+                            p.conditions.iter_mut(),
+                            prev.map(|x| x.conditions.as_slice()),
+                        );
+                    }
+                    // `status.parents` is an atomic list: apply must carry the other
+                    // controllers' entries as the server holds them, and the
+                    // resourceVersion guards against overwriting a newer list.
+                    let mut parents: Vec<Value> = others.iter().map(to_value).collect();
+                    parents.extend(ours.iter().map(to_value));
+                    parents.truncate(MAX_PARENTS);
+                    let status = json!({ "parents": parents });
+                    out.push(self.plan(
+                        "HTTPRoute",
+                        key.clone(),
+                        rv(&obj.metadata),
+                        to_value(&ours),
+                        Some(to_value(&mine)),
+                        Some(status),
+                    ));
+                }
+            }
+            out.into_iter().flatten().collect::<Vec<_>>()
+        });
+        let mut failed = false;
+        for w in writes {
+            let result = self.send(&w).await;
+            let outcome = match &result {
+                Ok(_) => "ok",
+                Err(kube::Error::Api(s)) if s.code == 409 => "conflict",
+                Err(_) => "error",
+            };
+            counter!("aether_status_writes_total", "kind" => w.kind, "result" => outcome)
+                .increment(1);
+            match result {
+                Ok(new_rv) => {
+                    tracing::debug!(kind = w.kind, object = %w.key, "status written");
+                    self.written.insert((w.kind, w.key), (new_rv, w.ours));
+                }
+                Err(e) => {
+                    // Forbidden, conflict, unreachable: logged and retried with backoff,
+                    // never in a tight loop.
+                    tracing::warn!(kind = w.kind, object = %w.key, error = %e, "status write failed; will retry");
+                    failed = true;
+                }
+            }
+        }
+        failed
+    }
+
+    /// Decides whether an object needs a write. `ours` is what we want (for routes: our
+    /// parents only), `server` the same part as the server holds it; `status` the full
+    /// status to apply when it differs from `ours`.
+    fn plan(
+        &self,
+        kind: &'static str,
+        key: ObjectKey,
+        server_rv: Option<u64>,
+        ours: Value,
+        server: Option<Value>,
+        status: Option<Value>,
+    ) -> Option<Write> {
+        let ours_cmp = strip_times(ours.clone());
+        if server.map(strip_times).as_ref() == Some(&ours_cmp) {
+            return None;
+        }
+        if let Some((written_rv, written)) = self.written.get(&(kind, key.clone()))
+            && *written == ours_cmp
+            && server_rv.is_some_and(|rv| rv < *written_rv)
+        {
+            // The watch has not caught up with our own write yet.
+            return None;
+        }
+        let mut metadata = json!({ "name": key.name });
+        if kind != "GatewayClass" {
+            metadata["namespace"] = json!(key.namespace);
+        }
+        if kind == "HTTPRoute"
+            && let Some(rv) = server_rv
+        {
+            metadata["resourceVersion"] = json!(rv.to_string());
+        }
+        let body = json!({
+            "apiVersion": "gateway.networking.k8s.io/v1",
+            "kind": kind,
+            "metadata": metadata,
+            "status": status.unwrap_or(ours),
+        });
+        Some(Write {
+            kind,
+            key,
+            ours: ours_cmp,
+            body,
+        })
+    }
+
+    /// Applies one status; returns the resourceVersion the server answered with.
+    async fn send(&self, w: &Write) -> Result<u64, kube::Error> {
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let patch = Patch::Apply(&w.body);
+        let meta = match w.kind {
+            "GatewayClass" => {
+                Api::<GatewayClass>::all(self.client.clone())
+                    .patch_status(&w.key.name, &params, &patch)
+                    .await?
+                    .metadata
+            }
+            "Gateway" => {
+                Api::<Gateway>::namespaced(self.client.clone(), &w.key.namespace)
+                    .patch_status(&w.key.name, &params, &patch)
+                    .await?
+                    .metadata
+            }
+            _ => {
+                Api::<HttpRoute>::namespaced(self.client.clone(), &w.key.namespace)
+                    .patch_status(&w.key.name, &params, &patch)
+                    .await?
+                    .metadata
+            }
+        };
+        Ok(rv(&meta).unwrap_or(0))
+    }
+}
+
+fn rv(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<u64> {
+    meta.resource_version.as_deref()?.parse().ok()
+}
+
+fn to_value<T: Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// Keeps the server's `lastTransitionTime` for conditions whose status is unchanged.
+fn carry<'a>(conditions: impl Iterator<Item = &'a mut Condition>, server: Option<&[Condition]>) {
+    let server = server.unwrap_or_default();
+    for c in conditions {
+        if let Some(s) = server.iter().find(|s| s.type_ == c.type_)
+            && s.status == c.status
+        {
+            c.last_transition_time = s.last_transition_time.clone();
+        }
+    }
+}
+
+fn strip_times(mut v: Value) -> Value {
+    fn walk(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                m.remove("lastTransitionTime");
+                m.values_mut().for_each(walk);
+            }
+            Value::Array(a) => a.iter_mut().for_each(walk),
+            _ => {}
+        }
+    }
+    walk(&mut v);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_ignored_but_nothing_else() {
+        let a = json!({"conditions": [{"type": "Accepted", "status": "True", "lastTransitionTime": "2020-01-01T00:00:00Z"}]});
+        let b = json!({"conditions": [{"type": "Accepted", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]});
+        let c = json!({"conditions": [{"type": "Accepted", "status": "False", "lastTransitionTime": "2020-01-01T00:00:00Z"}]});
+        assert_eq!(strip_times(a.clone()), strip_times(b));
+        assert_ne!(strip_times(a), strip_times(c));
+    }
+}

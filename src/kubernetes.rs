@@ -1,0 +1,87 @@
+//! `aether-edge run --kubernetes`: cluster watches -> Store -> reconcile (debounced, on
+//! a blocking thread) -> the same publish step as the file source, plus two effects:
+//! status written back and a Service per Gateway.
+
+use std::sync::Arc;
+
+use aether_controller::kube::services::{Desired, ServiceApplier};
+use aether_controller::kube::status::StatusWriter;
+use aether_controller::kube::watch::Shared;
+use aether_controller::reconcile::services::ServiceSettings;
+use aether_controller::reconcile::{Addressing, reconcile_with};
+use aether_controller::{Settings, Statuses};
+use anyhow::Context;
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+
+use crate::app::{BIND_RETRY, SETTLE};
+use crate::cli::RunArgs;
+use crate::publish::Publisher;
+
+/// Serves the cluster's Gateways until SIGTERM/SIGINT.
+pub async fn run(
+    args: &RunArgs,
+    settings: Settings,
+    publisher: &mut Publisher,
+) -> anyhow::Result<()> {
+    let client = aether_controller::kube::client().await?;
+    let addressing = Addressing::InternalPorts {
+        range: args.internal_port_range,
+        service: ServiceSettings {
+            pod_selector: args.pod_selector.clone(),
+        },
+        bind: args.listen_address,
+    };
+    let shared = Arc::new(Shared::default());
+    aether_controller::kube::watch::spawn(&client, &shared);
+    let (status_tx, status_rx) = watch::channel(Arc::new(Statuses::default()));
+    let (service_tx, service_rx) = watch::channel(Desired::default());
+    let writer = StatusWriter::new(
+        client.clone(),
+        Arc::clone(&shared),
+        settings.controller_name.clone(),
+    );
+    let applier = ServiceApplier::new(client, Arc::clone(&shared));
+    // Effects wait for the first reconcile of a fully listed Store: the channels'
+    // initial (empty) values are never acted on.
+    let mut effects = Some((writer, status_rx, applier, service_rx));
+
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut bind_retry = tokio::time::interval(BIND_RETRY);
+    loop {
+        tokio::select! {
+            _ = sigterm.recv() => break,
+            _ = sigint.recv() => break,
+            _ = bind_retry.tick() => {
+                if publisher.retry_binds() {
+                    status_tx.send_replace(Arc::new(publisher.statuses().clone()));
+                }
+            }
+            () = shared.changed.notified() => {
+                // Watch events come in bursts (a re-list, a rollout): one reconcile each.
+                tokio::time::sleep(SETTLE).await;
+                if !shared.is_synced() {
+                    continue;
+                }
+                let (shared2, settings2, addressing2) =
+                    (Arc::clone(&shared), settings.clone(), addressing.clone());
+                let outcome = tokio::task::spawn_blocking(move || {
+                    let store = shared2.snapshot();
+                    reconcile_with(&store, &settings2, &addressing2)
+                })
+                .await
+                .context("reconcile task failed")?;
+                let services = Arc::new(outcome.services.clone());
+                publisher.outcome(outcome, Vec::new());
+                status_tx.send_replace(Arc::new(publisher.statuses().clone()));
+                service_tx.send_replace(services);
+                if let Some((writer, status_rx, applier, service_rx)) = effects.take() {
+                    tokio::spawn(writer.run(status_rx));
+                    tokio::spawn(applier.run(service_rx));
+                }
+            }
+        }
+    }
+    Ok(())
+}

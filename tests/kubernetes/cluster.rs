@@ -1,0 +1,224 @@
+//! A real kube-apiserver on loopback, backed by etcd, for the Kubernetes-mode tests:
+//! built once by `tests/k8s/build.sh`, started per test with its own ports, certs and
+//! data, with the official Gateway API CRDs installed. Killed on drop.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client};
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+const TOKEN: &str = "aether-test-token";
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+    procs: Vec<Child>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for p in &mut self.procs {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+    }
+}
+
+/// The apiserver binary, or None (with the reason printed) when there is no Go
+/// toolchain to build it.
+fn apiserver_binary() -> Result<Option<PathBuf>, BoxError> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("bash")
+        .arg(root.join("tests/k8s/build.sh"))
+        .stderr(Stdio::inherit())
+        .output()?;
+    match out.status.code() {
+        Some(0) => Ok(Some(PathBuf::from(String::from_utf8(out.stdout)?.trim()))),
+        Some(3) => {
+            eprintln!("SKIPPED: no Go toolchain, so no kube-apiserver to test against");
+            Ok(None)
+        }
+        _ => Err(format!("tests/k8s/build.sh failed: {}", out.status).into()),
+    }
+}
+
+fn free_port() -> Result<u16, BoxError> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl Cluster {
+    /// Starts etcd and the apiserver, waits until it serves, installs the CRDs.
+    pub async fn start() -> Result<Option<Self>, BoxError> {
+        let Some(apiserver) = tokio::task::spawn_blocking(apiserver_binary).await?? else {
+            return Ok(None);
+        };
+        let dir = tempfile::tempdir()?;
+        let d = dir.path();
+        // Certificates: a CA, a serving cert for 127.0.0.1, a service-account key.
+        let ca_key = KeyPair::generate()?;
+        let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+        ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_cert = ca_params.self_signed(&ca_key)?;
+        let issuer = Issuer::new(ca_params, ca_key);
+        let key = KeyPair::generate()?;
+        let cert = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?
+            .signed_by(&key, &issuer)?;
+        std::fs::write(d.join("ca.crt"), ca_cert.pem())?;
+        std::fs::write(d.join("serving.crt"), cert.pem())?;
+        std::fs::write(d.join("serving.key"), key.serialize_pem())?;
+        let sa = KeyPair::generate()?;
+        std::fs::write(d.join("sa.key"), sa.serialize_pem())?;
+        std::fs::write(d.join("sa.pub"), sa.public_key_pem())?;
+        std::fs::write(
+            d.join("tokens.csv"),
+            format!("{TOKEN},admin,admin,\"system:masters\"\n"),
+        )?;
+
+        let (client_port, peer_port, secure_port) = (free_port()?, free_port()?, free_port()?);
+        let log = |name: &str| -> Result<Stdio, BoxError> {
+            Ok(std::fs::File::create(d.join(name))?.into())
+        };
+        let mut procs = Vec::new();
+        procs.push(
+            Command::new("etcd")
+                .args([
+                    &format!("--data-dir={}", d.join("etcd").display()),
+                    &format!("--listen-client-urls=http://127.0.0.1:{client_port}"),
+                    &format!("--advertise-client-urls=http://127.0.0.1:{client_port}"),
+                    &format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+                    &format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+                    &format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
+                    "--unsafe-no-fsync=true",
+                ])
+                .stdout(log("etcd.log")?)
+                .stderr(log("etcd.log")?)
+                .spawn()?,
+        );
+        let file = |n: &str| d.join(n).display().to_string();
+        procs.push(
+            Command::new(&apiserver)
+                .args([
+                    format!("--etcd-servers=http://127.0.0.1:{client_port}"),
+                    "--bind-address=127.0.0.1".to_owned(),
+                    "--advertise-address=127.0.0.1".to_owned(),
+                    format!("--secure-port={secure_port}"),
+                    format!("--tls-cert-file={}", file("serving.crt")),
+                    format!("--tls-private-key-file={}", file("serving.key")),
+                    format!("--cert-dir={}", file("certs")),
+                    "--authorization-mode=AlwaysAllow".to_owned(),
+                    format!("--token-auth-file={}", file("tokens.csv")),
+                    "--service-account-issuer=https://kubernetes.default.svc".to_owned(),
+                    format!("--service-account-key-file={}", file("sa.pub")),
+                    format!("--service-account-signing-key-file={}", file("sa.key")),
+                    "--service-cluster-ip-range=10.96.0.0/16".to_owned(),
+                    "--enable-priority-and-fairness=false".to_owned(),
+                ])
+                .stdout(log("apiserver.log")?)
+                .stderr(log("apiserver.log")?)
+                .spawn()?,
+        );
+        let kubeconfig = d.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: https://127.0.0.1:{secure_port}\n    certificate-authority: {}\nusers:\n- name: admin\n  user:\n    token: {TOKEN}\ncontexts:\n- name: test\n  context: {{cluster: test, user: admin}}\ncurrent-context: test\n",
+                file("ca.crt")
+            ),
+        )?;
+        let cluster = Self {
+            dir,
+            kubeconfig,
+            procs,
+        };
+        let client = cluster.client().await?;
+        cluster.wait_ready(&client).await?;
+        cluster.install_crds(&client).await?;
+        Ok(Some(cluster))
+    }
+
+    pub async fn client(&self) -> Result<Client, BoxError> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let kc = Kubeconfig::read_from(&self.kubeconfig)?;
+        let config =
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+        Ok(Client::try_from(config)?)
+    }
+
+    fn log_tail(&self) -> String {
+        let text =
+            std::fs::read_to_string(self.dir.path().join("apiserver.log")).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    async fn wait_ready(&self, client: &Client) -> Result<(), BoxError> {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            // The `default` namespace exists once the bootstrap controllers have run.
+            match Api::<Namespace>::all(client.clone()).get("default").await {
+                Ok(_) => return Ok(()),
+                Err(e) if Instant::now() > deadline => {
+                    return Err(format!("apiserver not ready: {e}\n{}", self.log_tail()).into());
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(300)).await,
+            }
+        }
+    }
+
+    /// The official standard-channel CRDs, from `../shared` beside the repository.
+    async fn install_crds(&self, client: &Client) -> Result<(), BoxError> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let crds = root.join("../shared/gateway-api-crds/v1.6.1/standard");
+        let api = Api::<CustomResourceDefinition>::all(client.clone());
+        let mut names = Vec::new();
+        for kind in [
+            "gatewayclasses",
+            "gateways",
+            "httproutes",
+            "referencegrants",
+            "grpcroutes",
+        ] {
+            let path = crds.join(format!("gateway.networking.k8s.io_{kind}.yaml"));
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)?;
+            let name = crd.metadata.name.clone().unwrap_or_default();
+            api.patch(
+                &name,
+                &PatchParams::apply("aether-test").force(),
+                &Patch::Apply(&crd),
+            )
+            .await?;
+            names.push(name);
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for name in names {
+            loop {
+                let crd = api.get(&name).await?;
+                let established = crd
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True");
+                if established {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    return Err(format!("CRD {name} not established").into());
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        Ok(())
+    }
+}

