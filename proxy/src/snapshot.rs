@@ -34,6 +34,10 @@ impl Snapshot {
 #[derive(Debug, Serialize)]
 pub struct Listener {
     pub bind: SocketAddr,
+    /// The Gateway listener port clients connect to. It differs from `bind`'s port in
+    /// Kubernetes mode, where a Service maps it to an internal port; redirects that
+    /// keep the port must use this one.
+    pub port: u16,
     /// `namespace/name` of the owning Gateway.
     pub gateway: Arc<str>,
     /// Names of the Gateway listeners (sections) folded into this socket.
@@ -58,6 +62,7 @@ impl Listener {
         let unrouted = crate::telemetry::unrouted(&gateway);
         Self {
             bind,
+            port: bind.port(),
             gateway,
             sections,
             protocol: Protocol::Http,
@@ -65,6 +70,12 @@ impl Listener {
             tls: None,
             unrouted,
         }
+    }
+
+    /// Sets the port clients see when it is not the bound one.
+    pub fn with_public_port(mut self, port: u16) -> Self {
+        self.port = port;
+        self
     }
 
     /// Makes this socket terminate TLS with `certs` before serving HTTP.

@@ -83,7 +83,8 @@ pub fn snapshot(
                 Arc::clone(&gateway),
                 plan.sections,
                 plan.routes.build(),
-            );
+            )
+            .with_public_port(port);
             if let Some(certs) = plan.tls {
                 listener = listener.with_tls(certs);
             }

@@ -203,7 +203,7 @@ fn route(
         Some(e) => Ok(Routed {
             action: Arc::clone(&e.action),
             matched_prefix: e.matcher.path.matched_prefix_len(),
-            listener_port: listener.bind.port(),
+            listener_port: listener.port,
             scheme: conn.scheme,
         }),
         None => Err(RouteMiss::NoRoute(listener.unrouted.clone())),
