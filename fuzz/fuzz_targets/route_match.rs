@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use aether_proxy::backend::BackendSet;
 use aether_proxy::filters::Filters;
-use aether_proxy::routing::{PathMatch, RequestMatch, RouteEntry, RouteOrder, RouteTable, RuleAction};
+use aether_proxy::routing::{
+    PathMatch, RequestMatch, RouteEntry, RouteOrder, RouteTable, RuleAction,
+};
 use aether_proxy::telemetry::RouteStats;
 use arbitrary::Arbitrary;
 use http::{HeaderMap, Method};
@@ -31,12 +33,24 @@ struct Host {
 }
 
 fn host(labels: &[u8]) -> String {
-    let parts: Vec<&str> = labels.iter().take(4).map(|b| LABELS[usize::from(*b) % 4]).collect();
-    if parts.is_empty() { "ex".into() } else { parts.join(".") }
+    let parts: Vec<&str> = labels
+        .iter()
+        .take(4)
+        .map(|b| LABELS[usize::from(*b) % 4])
+        .collect();
+    if parts.is_empty() {
+        "ex".into()
+    } else {
+        parts.join(".")
+    }
 }
 
 fn path(segs: &[u8]) -> String {
-    let s: String = segs.iter().take(4).map(|b| format!("/{}", SEGMENTS[usize::from(*b) % 4])).collect();
+    let s: String = segs
+        .iter()
+        .take(4)
+        .map(|b| format!("/{}", SEGMENTS[usize::from(*b) % 4]))
+        .collect();
     if s.is_empty() { "/".into() } else { s }
 }
 
@@ -82,8 +96,17 @@ impl Spec {
 
     /// Lower wins: exact before prefix, longer before shorter, older, then by name.
     fn rank(&self) -> (u8, std::cmp::Reverse<usize>, i64, String) {
-        let len = if self.exact { self.path.len() } else { self.prefix().len() };
-        (u8::from(!self.exact), std::cmp::Reverse(len), self.created, self.name.clone())
+        let len = if self.exact {
+            self.path.len()
+        } else {
+            self.prefix().len()
+        };
+        (
+            u8::from(!self.exact),
+            std::cmp::Reverse(len),
+            self.created,
+            self.name.clone(),
+        )
     }
 }
 
@@ -94,17 +117,30 @@ fuzz_target!(|input: Input| {
     for (i, (h, exact, segs, created)) in input.routes.iter().take(12).enumerate() {
         let hostname = h.as_ref().map(|h| {
             let base = host(&h.labels);
-            if h.wildcard { format!("*.{base}") } else { base }
+            if h.wildcard {
+                format!("*.{base}")
+            } else {
+                base
+            }
         });
         let p = path(segs);
         let matcher = RequestMatch {
-            path: if *exact { PathMatch::Exact(p.as_str().into()) } else { PathMatch::prefix(&p) },
+            path: if *exact {
+                PathMatch::Exact(p.as_str().into())
+            } else {
+                PathMatch::prefix(&p)
+            },
             ..RequestMatch::default()
         };
         let name: Arc<str> = format!("r{i}").into();
         let entry = RouteEntry {
             matcher,
-            order: RouteOrder { created: i64::from(*created), route: Arc::clone(&name), rule: 0, index: 0 },
+            order: RouteOrder {
+                created: i64::from(*created),
+                route: Arc::clone(&name),
+                rule: 0,
+                index: 0,
+            },
             action: Arc::new(RuleAction {
                 route: name,
                 filters: Filters::default(),
