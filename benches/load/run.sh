@@ -94,6 +94,7 @@ HAPROXY_PORT=$((PORT_BASE + 30))
 HAPROXY_TLS_PORT=$((PORT_BASE + 31))
 AETHER_PORT=$((PORT_BASE + 40))
 AETHER_ADMIN_PORT=$((PORT_BASE + 41))
+AETHER_TLS_PORT=$((PORT_BASE + 42))
 
 # ---------------------------------------------------------------------------- tools
 
@@ -296,7 +297,7 @@ render() { # render SRC DST: fill in the @PLACEHOLDER@s
     -e "s|@NGINX_PORT@|$NGINX_PORT|g" -e "s|@NGINX_TLS_PORT@|$NGINX_TLS_PORT|g" \
     -e "s|@NGINX_H2_PORT@|$NGINX_H2_PORT|g" \
     -e "s|@HAPROXY_PORT@|$HAPROXY_PORT|g" -e "s|@HAPROXY_TLS_PORT@|$HAPROXY_TLS_PORT|g" \
-    -e "s|@AETHER_PORT@|$AETHER_PORT|g" \
+    -e "s|@AETHER_PORT@|$AETHER_PORT|g" -e "s|@AETHER_TLS_PORT@|$AETHER_TLS_PORT|g" \
     "$1" >"$2"
   if grep -q '@[A-Z_]*@' "$2"; then
     die "unrendered placeholder in $2: $(grep -o '@[A-Z_]*@' "$2" | head -1)"
@@ -316,6 +317,14 @@ prepare_configs() {
   render "$here/conf/haproxy.cfg" "$RUN_DIR/haproxy.cfg"
   render "$here/conf/envoy.yaml" "$RUN_DIR/envoy.yaml"
   render "$here/conf/aether/gateway.yaml" "$RUN_DIR/aether/gateway.yaml"
+  # aether-edge reads its certificate from a kubernetes.io/tls Secret manifest.
+  {
+    printf 'apiVersion: v1\nkind: Secret\nmetadata:\n  name: bench-tls\n  namespace: default\n'
+    printf 'type: kubernetes.io/tls\nstringData:\n  tls.crt: |\n'
+    sed 's/^/    /' "$RUN_DIR/cert.pem"
+    printf '  tls.key: |\n'
+    sed 's/^/    /' "$RUN_DIR/key.pem"
+  } >"$RUN_DIR/aether/secret.yaml"
 
   log "validating configs"
   nginx -q -t -e "$RUN_DIR/nginx-validate.log" -c "$RUN_DIR/nginx-upstream.conf" ||
@@ -333,7 +342,7 @@ prepare_configs() {
 url_for() {
   local scenario=$1 target=$2 port
   case $scenario:$target in
-    tls:aether) return 0 ;;
+    tls:aether) port=$AETHER_TLS_PORT ;;
     tls:direct) port=$UP_TLS_PORT ;;
     tls:envoy) port=$ENVOY_TLS_PORT ;;
     tls:nginx) port=$NGINX_TLS_PORT ;;
