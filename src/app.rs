@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use aether_controller::{Settings, reconcile};
 use aether_proxy::http::{ProxyState, UpstreamSettings};
-use aether_proxy::{ListenerManager, telemetry};
+use aether_proxy::{ListenerManager, overload, telemetry};
 use anyhow::Context;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -27,6 +27,15 @@ pub(crate) const BIND_RETRY: Duration = Duration::from_secs(1);
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let prometheus = install_metrics()?;
     let proxy = ProxyState::new(&UpstreamSettings::default());
+    let budget = match args.memory_budget {
+        Some(0) => None,
+        Some(b) => Some(b),
+        None => overload::default_budget().await,
+    };
+    if let Some(budget) = budget {
+        tracing::info!(budget, "shedding load above this resident memory");
+        overload::spawn_monitor(Arc::clone(&proxy), budget);
+    }
     let admin_listener = admin::bind(args.admin)
         .await
         .with_context(|| format!("cannot bind the admin server to {}", args.admin))?;

@@ -78,6 +78,11 @@ pub struct RunArgs {
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub drain_delay: Duration,
 
+    /// Resident memory above which new requests get 503 + Retry-After and new
+    /// connections are refused. Default: 90% of the cgroup memory limit, if any; 0 off.
+    #[arg(long, value_name = "BYTES")]
+    pub memory_budget: Option<u64>,
+
     #[command(flatten)]
     pub limits: LimitArgs,
 }

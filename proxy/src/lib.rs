@@ -12,6 +12,7 @@ pub mod filters;
 pub mod http;
 pub mod limits;
 pub mod listener;
+pub mod overload;
 pub mod routing;
 pub mod snapshot;
 pub mod telemetry;

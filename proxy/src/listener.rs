@@ -175,7 +175,7 @@ async fn serve(
         }
     };
     let connections = Connections {
-        state,
+        state: Arc::clone(&state),
         local,
         builder: limits.server_builder(),
         tls,
@@ -195,6 +195,11 @@ async fn serve(
                 }
             },
         };
+        if state.shedding.load(std::sync::atomic::Ordering::Relaxed) {
+            metrics::counter!(telemetry::OVERLOAD_SHED_TOTAL, "what" => "connection").increment(1);
+            drop(stream);
+            continue;
+        }
         let slot = match slots.try_take() {
             Ok(slot) => slot,
             Err(why) => {

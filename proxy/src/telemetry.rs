@@ -16,6 +16,8 @@ pub const LISTENER_BIND_ERRORS_TOTAL: &str = "aether_listener_bind_errors_total"
 pub const TLS_HANDSHAKE_ERRORS_TOTAL: &str = "aether_tls_handshake_errors_total";
 pub const CONNECTIONS_REFUSED_TOTAL: &str = "aether_connections_refused_total";
 pub const REQUESTS_REFUSED_TOTAL: &str = "aether_requests_refused_total";
+pub const OVERLOAD_ACTIVE: &str = "aether_overload_active";
+pub const OVERLOAD_SHED_TOTAL: &str = "aether_overload_shed_total";
 pub const MIRROR_REQUESTS_TOTAL: &str = "aether_mirror_requests_total";
 pub const MIRROR_SKIPPED_TOTAL: &str = "aether_mirror_skipped_total";
 

@@ -282,3 +282,56 @@ async fn http2_rapid_reset_floods_are_cut_off() -> TestResult {
     );
     env.pass()
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn over_the_memory_budget_new_connections_are_refused_and_counted() -> TestResult {
+    let env = TestEnv::new(25)?;
+    let net = env.net;
+    let gw = net.gw();
+    let mut m = gateway_class("aether", CONTROLLER);
+    m.push_str(&gateway(
+        "default",
+        "edge",
+        Some(&net.ip_str(5)),
+        &[("http", LISTENER_PORT)],
+    ));
+    m.push_str(&backend("default", "svc", net.echo_a(), true));
+    m.push_str(&route(
+        "default",
+        "r",
+        "edge",
+        &[],
+        &[("PathPrefix", "/", "svc")],
+    ));
+    env.write_manifest("m.yaml", &m)?;
+    let _echo = env.spawn_echo(net.echo_a(), "a").await?;
+    // A budget far below any real process: the edge is over it from its first sample,
+    // so new connections are closed unanswered (requests on connections that already
+    // existed would get 503 with Retry-After).
+    let mut edge = env
+        .spawn_edge_args("edge", &[env.manifests()], &["--memory-budget", "1048576"])
+        .await?;
+    eventually("the overload gauge is set", EVENTUALLY, || async {
+        let metrics = metrics_text(net).await?;
+        ensure!(
+            metrics.contains("aether_overload_active 1"),
+            "gauge not set yet"
+        );
+        Ok(())
+    })
+    .await?;
+    let refused = h1_get_from(net.client_ip(), gw, "x.example.com", "/shed").await;
+    ensure!(
+        refused.is_err(),
+        "a new connection was served while over budget: {:?}",
+        refused.map(|r| r.status)
+    );
+    let metrics = metrics_text(net).await?;
+    ensure!(
+        metrics.contains("aether_overload_shed_total{what=\"connection\"}"),
+        "refused connections are not counted"
+    );
+    // The admin side stays up, so operators can see why.
+    edge.check_alive()?;
+    env.pass()
+}

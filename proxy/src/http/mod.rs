@@ -46,6 +46,8 @@ pub const READYZ_PATH: &str = "/aether/readyz";
 pub struct ProxyState {
     pub snapshot: ArcSwap<Snapshot>,
     pub draining: AtomicBool,
+    /// Set while the process is over its memory budget: new work is refused.
+    pub shedding: AtomicBool,
     upstreams: Upstreams,
 }
 
@@ -54,6 +56,7 @@ impl ProxyState {
         Arc::new(Self {
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
             draining: AtomicBool::new(false),
+            shedding: AtomicBool::new(false),
             upstreams: Upstreams::new(settings),
         })
     }
@@ -104,6 +107,13 @@ pub async fn handle(
     let started = Instant::now();
     if req.uri().path() == READYZ_PATH {
         return Ok(readyz(&state));
+    }
+    if state.shedding.load(Ordering::Relaxed) {
+        metrics::counter!(crate::telemetry::OVERLOAD_SHED_TOTAL, "what" => "request").increment(1);
+        let mut resp = local_response(StatusCode::SERVICE_UNAVAILABLE, "overloaded\n");
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return Ok(resp);
     }
     if let Err(why) = integrity::check(&req) {
         metrics::counter!(crate::telemetry::REQUESTS_REFUSED_TOTAL, "reason" => "integrity")
