@@ -65,21 +65,7 @@ fn status_line(raw: &[u8]) -> String {
 
 async fn setup(env: &TestEnv, extra: &[&str]) -> Result<(Proc, Proc), BoxError> {
     let net = env.net;
-    let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&gateway(
-        "default",
-        "edge",
-        Some(&net.ip_str(5)),
-        &[("http", LISTENER_PORT)],
-    ));
-    m.push_str(&backend("default", "svc", net.echo_a(), true));
-    m.push_str(&route(
-        "default",
-        "r",
-        "edge",
-        &[],
-        &[("PathPrefix", "/", "svc")],
-    ));
+    let m = single_route(net, &[]);
     env.write_manifest("m.yaml", &m)?;
     let echo = env.spawn_echo(net.echo_a(), "a").await?;
     let edge = env
@@ -288,21 +274,7 @@ async fn over_the_memory_budget_new_connections_are_refused_and_counted() -> Tes
     let env = TestEnv::new(25)?;
     let net = env.net;
     let gw = net.gw();
-    let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&gateway(
-        "default",
-        "edge",
-        Some(&net.ip_str(5)),
-        &[("http", LISTENER_PORT)],
-    ));
-    m.push_str(&backend("default", "svc", net.echo_a(), true));
-    m.push_str(&route(
-        "default",
-        "r",
-        "edge",
-        &[],
-        &[("PathPrefix", "/", "svc")],
-    ));
+    let m = single_route(net, &[]);
     env.write_manifest("m.yaml", &m)?;
     let _echo = env.spawn_echo(net.echo_a(), "a").await?;
     // A budget far below any real process: the edge is over it from its first sample,

@@ -12,21 +12,7 @@ async fn upgrade_requests_are_tunnelled_end_to_end() -> TestResult {
     let env = TestEnv::new(20)?;
     let net = env.net;
     let gw = net.gw();
-    let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&gateway(
-        "default",
-        "edge",
-        Some(&net.ip_str(5)),
-        &[("http", LISTENER_PORT)],
-    ));
-    m.push_str(&backend("default", "svc", net.echo_a(), true));
-    m.push_str(&route(
-        "default",
-        "ws",
-        "edge",
-        &["ws.example.com"],
-        &[("PathPrefix", "/", "svc")],
-    ));
+    let m = single_route(net, &["ws.example.com"]);
     env.write_manifest("m.yaml", &m)?;
     let _echo = env.spawn_echo(net.echo_a(), "a").await?;
     let _edge = env.spawn_edge("edge").await?;

@@ -281,6 +281,27 @@ spec:
     s
 }
 
+/// The smallest serving setup: Gateway `default/edge` at .5 with one HTTP listener, and
+/// a route `default/r` for `hostnames` (any when empty) sending everything to echo "a".
+pub fn single_route(net: Net, hostnames: &[&str]) -> String {
+    let mut m = gateway_class("aether", CONTROLLER);
+    m.push_str(&gateway(
+        "default",
+        "edge",
+        Some(&net.ip_str(5)),
+        &[("http", LISTENER_PORT)],
+    ));
+    m.push_str(&backend("default", "svc", net.echo_a(), true));
+    m.push_str(&route(
+        "default",
+        "r",
+        "edge",
+        hostnames,
+        &[("PathPrefix", "/", "svc")],
+    ));
+    m
+}
+
 pub fn namespace(name: &str) -> String {
     format!("---\napiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n")
 }
