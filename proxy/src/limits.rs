@@ -58,7 +58,8 @@ impl Limits {
             .header_read_timeout(self.header_read_timeout)
             // hyper refuses buffers under 8 KiB; a smaller setting would panic there.
             .max_buf_size(self.max_header_bytes.max(8 * 1024))
-            .max_headers(self.max_headers);
+            .max_headers(self.max_headers)
+            .writev(false);
         b.http2()
             .timer(TokioTimer::new())
             .max_concurrent_streams(self.max_concurrent_streams)

@@ -61,6 +61,7 @@ impl Upstreams {
             .pool_max_idle_per_host(settings.max_idle_per_endpoint)
             // The downstream Host is forwarded as-is; the client must not invent one.
             .set_host(false)
+            .http1_writev(false)
             .build(connector);
         Self {
             http1,
