@@ -478,3 +478,82 @@ async fn manifests_from_a_file_and_a_nested_directory_are_watched() -> TestResul
     .await?;
     env.pass()
 }
+
+/// A cross-namespace backendRef follows its ReferenceGrant live: refused (500 and
+/// RefNotPermitted) without it, served once the grant appears, refused again when it
+/// goes, with no restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn reference_grants_that_come_and_go_take_effect_while_serving() -> TestResult {
+    let env = TestEnv::new(26)?;
+    let net = env.net;
+    let gw = net.gw();
+    let mut m = gateway_class("aether", CONTROLLER);
+    m.push_str(&gateway(
+        "default",
+        "edge",
+        Some(&net.ip_str(5)),
+        &[("http", LISTENER_PORT)],
+    ));
+    m.push_str(&backend("apps", "svc", net.echo_a(), true));
+    m.push_str(
+        "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: cross, namespace: default}
+spec:
+  parentRefs: [{name: edge}]
+  rules: [{backendRefs: [{name: svc, namespace: apps, port: 80}]}]
+",
+    );
+    env.write_manifest("infra.yaml", &m)?;
+    let _echo = env.spawn_echo(net.echo_a(), "a").await?;
+    let _edge = env.spawn_edge("edge").await?;
+    env.wait_listener(gw).await?;
+
+    let expect = |code: StatusCode, reason: &'static str| {
+        let env = &env;
+        async move {
+            let r = env.h1(gw, "x.example.com", "/grant").await?;
+            ensure!(r.status == code, "expected {code}, got {}", r.status);
+            let st = env.status().await?;
+            let route = status_item(&st, "HTTPRoute", "default", "cross")?;
+            let parent = route_parent(route, "edge", None)?;
+            expect_condition(
+                &parent["conditions"],
+                "ResolvedRefs",
+                if reason == "ResolvedRefs" {
+                    "True"
+                } else {
+                    "False"
+                },
+                Some(reason),
+            )
+        }
+    };
+    eventually("refused without a grant", EVENTUALLY, || {
+        expect(StatusCode::INTERNAL_SERVER_ERROR, "RefNotPermitted")
+    })
+    .await?;
+
+    env.add_manifest_atomically(
+        "grant.yaml",
+        "apiVersion: gateway.networking.k8s.io/v1beta1
+kind: ReferenceGrant
+metadata: {name: allow-default, namespace: apps}
+spec:
+  from: [{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: default}]
+  to: [{group: \"\", kind: Service}]
+",
+    )?;
+    eventually("served once the grant appears", EVENTUALLY, || {
+        expect(StatusCode::OK, "ResolvedRefs")
+    })
+    .await?;
+
+    std::fs::remove_file(env.manifests().join("grant.yaml"))?;
+    eventually("refused again when the grant goes", EVENTUALLY, || {
+        expect(StatusCode::INTERNAL_SERVER_ERROR, "RefNotPermitted")
+    })
+    .await?;
+    env.pass()
+}
