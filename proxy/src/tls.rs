@@ -8,7 +8,6 @@
 //! a longer build on these 2-core machines), is what rcgen and the test tooling use,
 //! and covers every cipher suite the edge offers.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -21,6 +20,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
+use crate::hostmap::HostMap;
 use crate::http::ProxyState;
 
 /// Why a certificate and key can't be served.
@@ -53,80 +53,45 @@ pub fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<Arc<CertifiedKey
     Ok(Arc::new(certified))
 }
 
-/// The certificates of one socket, by the hostnames of its HTTPS listeners.
+/// The certificates of one socket, by the hostnames of its HTTPS listeners. A client
+/// without SNI, or with a name no listener claims, gets the certificate of the listener
+/// that has no hostname, as the spec allows.
 #[derive(Debug, Default, Clone)]
 pub struct TlsCerts {
-    exact: HashMap<Box<str>, Arc<CertifiedKey>>,
-    /// Keyed by the suffix after `*`, dot included.
-    wildcard: HashMap<Box<str>, Arc<CertifiedKey>>,
-    /// For clients without SNI, or with a name no listener claims: the listener that
-    /// has no hostname, as the spec allows.
-    default: Option<Arc<CertifiedKey>>,
+    certs: HostMap<Arc<CertifiedKey>>,
 }
 
 impl TlsCerts {
     /// Adds the certificate of a listener with `hostname` (`None`: any host). The first
     /// listener to claim a name keeps it, matching listener precedence.
     pub fn add(&mut self, hostname: Option<&str>, key: Arc<CertifiedKey>) {
-        match hostname.map(str::to_ascii_lowercase) {
-            None => {
-                self.default.get_or_insert(key);
-            }
-            Some(h) => match h.strip_prefix('*') {
-                Some(suffix) => {
-                    self.wildcard.entry(suffix.into()).or_insert(key);
-                }
-                None => {
-                    self.exact.entry(h.into()).or_insert(key);
-                }
-            },
-        }
+        self.certs.insert_first(hostname, key);
     }
 
     /// The certificate for a server name: exact, then the longest wildcard, then the
     /// default.
     pub fn lookup(&self, name: Option<&str>) -> Option<&Arc<CertifiedKey>> {
-        if let Some(name) = name {
-            let name = name.trim_end_matches('.');
-            let lower;
-            let name = if name.bytes().any(|b| b.is_ascii_uppercase()) {
-                lower = name.to_ascii_lowercase();
-                lower.as_str()
-            } else {
-                name
-            };
-            if let Some(k) = self.exact.get(name) {
-                return Some(k);
+        let name = name.map(|n| n.trim_end_matches('.'));
+        match name {
+            Some(n) if n.bytes().any(|b| b.is_ascii_uppercase()) => {
+                self.certs.get(Some(&n.to_ascii_lowercase()))
             }
-            for (i, b) in name.bytes().enumerate().skip(1) {
-                if b == b'.'
-                    && let Some(k) = self.wildcard.get(&name[i..])
-                {
-                    return Some(k);
-                }
-            }
+            _ => self.certs.get(name),
         }
-        self.default.as_ref()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.exact.is_empty() && self.wildcard.is_empty() && self.default.is_none()
+        self.certs.is_empty()
     }
 }
 
 impl Serialize for TlsCerts {
     /// Names only: keys and certificates never leave the process.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut names: Vec<String> = self
-            .exact
-            .keys()
-            .map(|k| k.to_string())
-            .chain(self.wildcard.keys().map(|k| format!("*{k}")))
-            .collect();
-        names.sort();
+        let names: Vec<String> = self.certs.named().into_iter().map(|(n, _)| n).collect();
         let mut m = s.serialize_map(Some(2))?;
         m.serialize_entry("serverNames", &names)?;
-        m.serialize_entry("default", &self.default.is_some())?;
+        m.serialize_entry("default", &self.certs.any().is_some())?;
         m.end()
     }
 }

@@ -18,6 +18,7 @@ pub use matcher::{HeaderMatch, PathMatch, QueryMatch, RequestMatch, ValueMatch};
 
 use crate::backend::BackendSet;
 use crate::filters::Filters;
+use crate::hostmap::HostMap;
 use crate::telemetry::RouteStats;
 
 /// What a matched rule does with the request.
@@ -91,10 +92,7 @@ const MAX_HOST: usize = 253;
 
 #[derive(Debug, Default)]
 pub struct RouteTable {
-    exact: HashMap<Box<str>, VirtualHost>,
-    /// Keyed by the suffix after `*`, dot included: `*.example.com` is `.example.com`.
-    wildcard: HashMap<Box<str>, VirtualHost>,
-    any: Option<VirtualHost>,
+    hosts: HostMap<VirtualHost>,
 }
 
 impl RouteTable {
@@ -106,28 +104,11 @@ impl RouteTable {
     /// case-insensitively, exact names before wildcards, longer wildcards first.
     pub fn virtual_host(&self, authority: &str) -> Option<&VirtualHost> {
         let mut buf = [0u8; MAX_HOST];
-        let host = normalise_host(authority, &mut buf);
-        if let Some(host) = host {
-            if let Some(vh) = self.exact.get(host) {
-                return Some(vh);
-            }
-            if !self.wildcard.is_empty() {
-                // Each '.' starts a candidate suffix; the leftmost is the longest. The
-                // first byte is skipped so `*.example.com` never matches `.example.com`.
-                for (i, b) in host.bytes().enumerate().skip(1) {
-                    if b == b'.'
-                        && let Some(vh) = self.wildcard.get(&host[i..])
-                    {
-                        return Some(vh);
-                    }
-                }
-            }
-        }
-        self.any.as_ref()
+        self.hosts.get(normalise_host(authority, &mut buf))
     }
 
     pub fn is_empty(&self) -> bool {
-        self.exact.is_empty() && self.wildcard.is_empty() && self.any.is_none()
+        self.hosts.is_empty()
     }
 }
 
@@ -165,18 +146,9 @@ impl RouteTableBuilder {
         let mut table = RouteTable::default();
         for (host, mut entries) in self.hosts {
             entries.sort_by(RouteEntry::cmp_precedence);
-            let vh = VirtualHost { entries };
-            match host {
-                None => table.any = Some(vh),
-                Some(h) => match h.strip_prefix('*') {
-                    Some(suffix) => {
-                        table.wildcard.insert(suffix.into(), vh);
-                    }
-                    None => {
-                        table.exact.insert(h, vh);
-                    }
-                },
-            }
+            table
+                .hosts
+                .insert_first(host.as_deref(), VirtualHost { entries });
         }
         table
     }
@@ -185,19 +157,14 @@ impl RouteTableBuilder {
 impl Serialize for RouteTable {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         // Sorted so that dumps of the same config are byte-identical.
-        let mut hosts: Vec<(String, &VirtualHost)> = self
-            .exact
-            .iter()
-            .map(|(h, v)| (h.to_string(), v))
-            .chain(self.wildcard.iter().map(|(h, v)| (format!("*{h}"), v)))
-            .collect();
-        hosts.sort_by(|a, b| a.0.cmp(&b.0));
-        if let Some(any) = &self.any {
-            hosts.push(("*".to_string(), any));
-        }
-        let mut m = s.serialize_map(Some(hosts.len()))?;
-        for (h, v) in hosts {
+        let named = self.hosts.named();
+        let any = self.hosts.any();
+        let mut m = s.serialize_map(Some(named.len() + usize::from(any.is_some())))?;
+        for (h, v) in named {
             m.serialize_entry(&h, v)?;
+        }
+        if let Some(any) = any {
+            m.serialize_entry("*", any)?;
         }
         m.end()
     }
