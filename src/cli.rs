@@ -48,9 +48,10 @@ pub struct RunArgs {
     #[arg(long, default_value = "20000-29999", value_name = "FIRST-LAST")]
     pub internal_port_range: aether_controller::reconcile::ports::PortRange,
 
-    /// Kubernetes mode: labels of the edge pods, the Gateway Services' selector.
-    #[arg(long, default_value = "app.kubernetes.io/name=aether-edge", value_parser = parse_labels, value_name = "K=V,...")]
-    pub pod_selector: std::collections::BTreeMap<String, String>,
+    /// Kubernetes mode: the edge's own Service. Its EndpointSlices list the edge pods,
+    /// which every Gateway Service's EndpointSlice names at the internal ports.
+    #[arg(long, default_value = "aether-system/aether-edge", value_parser = parse_object_key, value_name = "NAMESPACE/NAME")]
+    pub edge_service: aether_controller::ObjectKey,
 
     /// Kubernetes mode: the address listeners bind their internal ports on.
     #[arg(long, default_value = "0.0.0.0", value_name = "IP")]
@@ -145,14 +146,11 @@ pub struct EchoArgs {
     pub log: Option<PathBuf>,
 }
 
-fn parse_labels(s: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
-    s.split(',')
-        .filter(|kv| !kv.trim().is_empty())
-        .map(|kv| {
-            kv.split_once('=')
-                .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-                .filter(|(k, _)| !k.is_empty())
-                .ok_or_else(|| format!("{kv:?} is not KEY=VALUE"))
-        })
-        .collect()
+fn parse_object_key(s: &str) -> Result<aether_controller::ObjectKey, String> {
+    match s.split_once('/') {
+        Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok(aether_controller::ObjectKey::new(ns, name))
+        }
+        _ => Err(format!("{s:?} is not NAMESPACE/NAME")),
+    }
 }

@@ -28,7 +28,7 @@ pub async fn run(
     let addressing = Addressing::InternalPorts {
         range: args.internal_port_range,
         service: ServiceSettings {
-            pod_selector: args.pod_selector.clone(),
+            edge_service: args.edge_service.clone(),
         },
         bind: args.listen_address,
     };

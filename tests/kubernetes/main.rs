@@ -14,6 +14,7 @@ use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client};
@@ -98,7 +99,7 @@ where
 /// that redirects. (A real API server refuses loopback EndpointSlice addresses, and
 /// tests stay on loopback, so the route answers at the edge instead of proxying.)
 async fn setup(client: &Client) {
-    for ns in ["one", "two"] {
+    for ns in ["one", "two", "aether-system"] {
         apply(
             &Api::<Namespace>::all(client.clone()),
             ns,
@@ -139,6 +140,58 @@ async fn setup(client: &Client) {
                      "requestRedirect": {"hostname": "moved.example.com", "statusCode": 302}}]}]}}),
     )
     .await;
+}
+
+/// The edge's own Service's EndpointSlice, as the cluster's EndpointSlice controller
+/// would write it for these edge pods (an API server alone runs no controllers). The
+/// addresses are data only: nothing connects to them.
+async fn edge_pods(client: &Client, pods: &[(&str, &str, bool)]) {
+    let endpoints: Vec<serde_json::Value> = pods
+        .iter()
+        .map(|(name, ip, ready)| {
+            json!({"addresses": [ip], "conditions": {"ready": ready},
+                   "targetRef": {"kind": "Pod", "namespace": "aether-system", "name": name}})
+        })
+        .collect();
+    apply(
+        &Api::<EndpointSlice>::namespaced(client.clone(), "aether-system"),
+        "aether-edge-abcde",
+        json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "aether-edge-abcde", "namespace": "aether-system",
+                     "labels": {"kubernetes.io/service-name": "aether-edge",
+                                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
+        "addressType": "IPv4", "endpoints": endpoints,
+        "ports": [{"name": "admin", "port": 9901, "protocol": "TCP"}]}),
+    )
+    .await;
+}
+
+/// (address, ready) of the Gateway Service's EndpointSlice, and its (port name, port).
+async fn gateway_slice(
+    client: &Client,
+    ns: &str,
+    gw: &str,
+) -> Option<(Vec<(String, bool)>, Vec<(String, i32)>)> {
+    let slice = Api::<EndpointSlice>::namespaced(client.clone(), ns)
+        .get_opt(&format!("{gw}-aether"))
+        .await
+        .ok()??;
+    let eps = slice
+        .endpoints
+        .iter()
+        .map(|e| {
+            let ready = e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false);
+            (e.addresses[0].clone(), ready)
+        })
+        .collect();
+    let ports = slice
+        .ports
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| (p.name.unwrap_or_default(), p.port.unwrap_or_default()))
+        .collect();
+    Some((eps, ports))
 }
 
 /// Listener port -> targetPort of the Gateway's Service, once it exists.
@@ -190,6 +243,7 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
     };
     let client = cluster.client().await?;
     setup(&client).await;
+    edge_pods(&client, &[("edge-0", "10.1.0.10", true)]).await;
     let edge_a = edge(&cluster, "127.0.0.1", "a");
 
     // Two Gateways, two Services with distinct internal ports in range, owned by them.
@@ -219,6 +273,47 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
         svc_b.spec.clone().and_then(|s| s.type_).as_deref(),
         Some("LoadBalancer")
     );
+
+    // No selector (it could only select pods in "one"); an EndpointSlice we wrote names
+    // the edge pods of aether-system at the internal ports, port by port name.
+    assert_eq!(svc_a.spec.clone().and_then(|s| s.selector), None);
+    let named: Vec<(String, i32)> = svc_a
+        .spec
+        .clone()
+        .and_then(|s| s.ports)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| match p.target_port {
+            Some(IntOrString::Int(t)) => (p.name.unwrap_or_default(), t),
+            other => panic!("targetPort {other:?}"),
+        })
+        .collect();
+    let (eps, mut slice_ports) = eventually("a's EndpointSlice", || async {
+        gateway_slice(&client, "one", "a").await
+    })
+    .await;
+    slice_ports.sort();
+    assert_eq!(eps, vec![("10.1.0.10".to_owned(), true)]);
+    assert_eq!(slice_ports, named);
+    // A second edge pod comes up while the first one drains: mirrored as the cluster
+    // reports it.
+    edge_pods(
+        &client,
+        &[
+            ("edge-0", "10.1.0.10", false),
+            ("edge-1", "10.1.0.11", true),
+        ],
+    )
+    .await;
+    eventually("the new edge pod in b's EndpointSlice", || async {
+        let (eps, _) = gateway_slice(&client, "two", "b").await?;
+        (eps == vec![
+            ("10.1.0.10".to_owned(), false),
+            ("10.1.0.11".to_owned(), true),
+        ])
+        .then_some(())
+    })
+    .await;
     assert_eq!(
         svc_a
             .metadata
@@ -305,6 +400,16 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
     let services_two = Api::<Service>::namespaced(client.clone(), "two");
     eventually("b's Service deleted", || async {
         services_two
+            .get_opt("b-aether")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let slices_two = Api::<EndpointSlice>::namespaced(client.clone(), "two");
+    eventually("b's EndpointSlice deleted", || async {
+        slices_two
             .get_opt("b-aether")
             .await
             .ok()?

@@ -1,14 +1,15 @@
-//! Applies each Gateway's Service (server-side apply: idempotent, one field manager)
-//! and deletes the Services of Gateways that are gone. Owner references would let the
-//! garbage collector do the deleting, but not every API server runs one, and a
-//! Gateway's ports should be freed when it goes, not eventually.
+//! Applies each Gateway's Service and its EndpointSlices (server-side apply:
+//! idempotent, one field manager) and deletes what belonged to Gateways that are gone.
+//! Owner references would let the garbage collector do the deleting, but not every API
+//! server runs one, and a Gateway's ports should be freed when it goes, not eventually.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
 use kube::{Api, Client};
 use metrics::counter;
 use serde_json::Value;
@@ -16,10 +17,27 @@ use tokio::sync::watch;
 
 use super::FIELD_MANAGER;
 use super::watch::Shared;
-use crate::reconcile::services::{LABEL_GATEWAY_NAME, LABEL_GATEWAY_NAMESPACE, is_ours};
-use crate::store::ObjectKey;
+use crate::reconcile::services::{
+    GatewayObjects, LABEL_GATEWAY_NAME, LABEL_GATEWAY_NAMESPACE, LABEL_MANAGED_BY, MANAGED_BY,
+};
+use crate::store::{ObjectKey, Store};
 
-pub type Desired = Arc<BTreeMap<ObjectKey, Service>>;
+pub type Desired = Arc<BTreeMap<ObjectKey, GatewayObjects>>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Kind {
+    Service,
+    EndpointSlice,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Service => "Service",
+            Kind::EndpointSlice => "EndpointSlice",
+        }
+    }
+}
 
 const MIN_INTERVAL: Duration = Duration::from_millis(200);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
@@ -27,8 +45,8 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 pub struct ServiceApplier {
     client: Client,
     shared: Arc<Shared>,
-    /// What we last applied per Gateway: applying it again would be a no-op request.
-    applied: HashMap<ObjectKey, Value>,
+    /// What we last applied per object: applying it again would be a no-op request.
+    applied: HashMap<(Kind, ObjectKey), Value>,
 }
 
 impl ServiceApplier {
@@ -57,71 +75,139 @@ impl ServiceApplier {
         }
     }
 
-    async fn sync(&mut self, desired: &BTreeMap<ObjectKey, Service>) -> bool {
+    async fn sync(&mut self, desired: &BTreeMap<ObjectKey, GatewayObjects>) -> bool {
+        let wanted = wanted(desired);
         let (to_apply, to_delete) = self.shared.with(|store| {
-            let apply: Vec<(ObjectKey, Value)> = desired
+            let apply: Vec<((Kind, ObjectKey), Value)> = wanted
                 .iter()
-                .filter_map(|(gw, svc)| {
-                    let value = serde_json::to_value(svc).ok()?;
-                    let name = svc.metadata.name.clone().unwrap_or_default();
-                    let present = store
-                        .services
-                        .get(&ObjectKey::new(&gw.namespace, name))
-                        .is_some_and(|s| is_ours(s, gw));
-                    (!present || self.applied.get(gw) != Some(&value)).then(|| (gw.clone(), value))
+                .filter(|(id, value)| {
+                    !present_and_ours(store, id) || self.applied.get(*id) != Some(*value)
                 })
+                .map(|(id, value)| (id.clone(), value.clone()))
                 .collect();
-            let delete: Vec<ObjectKey> = store
-                .services
-                .iter()
-                .filter_map(|(key, svc)| {
-                    let labels = svc.metadata.labels.as_ref()?;
-                    let gw = ObjectKey::new(
-                        labels.get(LABEL_GATEWAY_NAMESPACE)?,
-                        labels.get(LABEL_GATEWAY_NAME)?,
-                    );
-                    (is_ours(svc, &gw) && !desired.contains_key(&gw)).then(|| key.clone())
-                })
-                .collect();
+            let delete: Vec<(Kind, ObjectKey)> =
+                ours(store).filter(|id| !wanted.contains_key(id)).collect();
             (apply, delete)
         });
         let mut failed = false;
         let params = PatchParams::apply(FIELD_MANAGER).force();
-        for (gw, value) in to_apply {
-            let Some(name) = value["metadata"]["name"].as_str().map(str::to_owned) else {
-                continue;
+        // Services before slices: a slice for a Service that doesn't exist yet would
+        // be harmless, but the order keeps the log readable.
+        for ((kind, key), value) in to_apply {
+            let result = match kind {
+                Kind::Service => Api::<Service>::namespaced(self.client.clone(), &key.namespace)
+                    .patch(&key.name, &params, &Patch::Apply(&value))
+                    .await
+                    .map(drop),
+                Kind::EndpointSlice => {
+                    Api::<EndpointSlice>::namespaced(self.client.clone(), &key.namespace)
+                        .patch(&key.name, &params, &Patch::Apply(&value))
+                        .await
+                        .map(drop)
+                }
             };
-            let api = Api::<Service>::namespaced(self.client.clone(), &gw.namespace);
-            let result = api.patch(&name, &params, &Patch::Apply(&value)).await;
-            counter!("aether_service_writes_total", "op" => "apply", "result" => if result.is_ok() { "ok" } else { "error" }).increment(1);
+            counter!("aether_service_writes_total", "op" => "apply", "kind" => kind.as_str(), "result" => if result.is_ok() { "ok" } else { "error" }).increment(1);
             match result {
-                Ok(_) => {
-                    tracing::info!(gateway = %gw, service = %name, "Gateway Service applied");
-                    self.applied.insert(gw, value);
+                Ok(()) => {
+                    tracing::info!(kind = kind.as_str(), object = %key, "Gateway object applied");
+                    self.applied.insert((kind, key), value);
                 }
                 Err(e) => {
-                    tracing::warn!(gateway = %gw, service = %name, error = %e, "cannot apply the Gateway Service; will retry");
+                    tracing::warn!(kind = kind.as_str(), object = %key, error = %e, "cannot apply a Gateway object; will retry");
                     failed = true;
                 }
             }
         }
-        for key in to_delete {
-            let api = Api::<Service>::namespaced(self.client.clone(), &key.namespace);
-            let result = api.delete(&key.name, &DeleteParams::default()).await;
+        for (kind, key) in to_delete {
+            let dp = DeleteParams::default();
+            let result = match kind {
+                Kind::Service => Api::<Service>::namespaced(self.client.clone(), &key.namespace)
+                    .delete(&key.name, &dp)
+                    .await
+                    .map(drop),
+                Kind::EndpointSlice => {
+                    Api::<EndpointSlice>::namespaced(self.client.clone(), &key.namespace)
+                        .delete(&key.name, &dp)
+                        .await
+                        .map(drop)
+                }
+            };
             let ok = match &result {
-                Ok(_) => true,
+                Ok(()) => true,
                 Err(kube::Error::Api(s)) => s.code == 404,
                 Err(_) => false,
             };
-            counter!("aether_service_writes_total", "op" => "delete", "result" => if ok { "ok" } else { "error" }).increment(1);
+            counter!("aether_service_writes_total", "op" => "delete", "kind" => kind.as_str(), "result" => if ok { "ok" } else { "error" }).increment(1);
             if ok {
-                tracing::info!(service = %key, "Service of a removed Gateway deleted");
+                tracing::info!(kind = kind.as_str(), object = %key, "object of a removed Gateway (or listener family) deleted");
             } else if let Err(e) = result {
-                tracing::warn!(service = %key, error = %e, "cannot delete the Service of a removed Gateway; will retry");
+                tracing::warn!(kind = kind.as_str(), object = %key, error = %e, "cannot delete an object we no longer want; will retry");
                 failed = true;
             }
         }
-        self.applied.retain(|gw, _| desired.contains_key(gw));
+        self.applied.retain(|id, _| wanted.contains_key(id));
         failed
+    }
+}
+
+/// Every object we want, serialized as it is applied.
+fn wanted(desired: &BTreeMap<ObjectKey, GatewayObjects>) -> BTreeMap<(Kind, ObjectKey), Value> {
+    let mut out = BTreeMap::new();
+    for objects in desired.values() {
+        if let Some(key) = key_of(&objects.service.metadata)
+            && let Ok(v) = serde_json::to_value(&objects.service)
+        {
+            out.insert((Kind::Service, key), v);
+        }
+        for slice in &objects.slices {
+            if let Some(key) = key_of(&slice.metadata)
+                && let Ok(v) = serde_json::to_value(slice)
+            {
+                out.insert((Kind::EndpointSlice, key), v);
+            }
+        }
+    }
+    out
+}
+
+fn key_of(meta: &ObjectMeta) -> Option<ObjectKey> {
+    Some(ObjectKey::new(meta.namespace.clone()?, meta.name.clone()?))
+}
+
+fn is_managed(meta: &ObjectMeta) -> bool {
+    let labels = meta.labels.as_ref();
+    let get = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+    get(LABEL_MANAGED_BY) == Some(MANAGED_BY)
+        && get(LABEL_GATEWAY_NAME).is_some()
+        && get(LABEL_GATEWAY_NAMESPACE).is_some()
+}
+
+/// Services and slices in the store that we manage for some Gateway.
+fn ours(store: &Store) -> impl Iterator<Item = (Kind, ObjectKey)> + '_ {
+    let services = store
+        .services
+        .iter()
+        .filter(|(_, s)| is_managed(&s.metadata))
+        .map(|(k, _)| (Kind::Service, k.clone()));
+    let slices = store
+        .endpoint_slices
+        .iter()
+        .filter(|(_, s)| is_managed(&s.metadata))
+        .map(|(k, _)| (Kind::EndpointSlice, k.clone()));
+    services.chain(slices)
+}
+
+/// Whether the object exists and is ours: if someone else deleted or took it, our
+/// cached "already applied" must not stop us from applying it again.
+fn present_and_ours(store: &Store, (kind, key): &(Kind, ObjectKey)) -> bool {
+    match kind {
+        Kind::Service => store
+            .services
+            .get(key)
+            .is_some_and(|s| is_managed(&s.metadata)),
+        Kind::EndpointSlice => store
+            .endpoint_slices
+            .get(key)
+            .is_some_and(|s| is_managed(&s.metadata)),
     }
 }

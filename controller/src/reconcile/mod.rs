@@ -5,6 +5,7 @@ pub mod address;
 mod backend;
 mod certificates;
 pub mod conditions;
+pub mod edge_slices;
 mod filters;
 mod gateway;
 pub mod hostname;
@@ -23,7 +24,6 @@ use gateway_api::gateways::{
 };
 use gateway_api::httproutes::HttpRouteStatus;
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::Service;
 
 use self::address::{AddressError, AddressRequest};
 use self::conditions as cond;
@@ -56,8 +56,9 @@ pub enum Addressing {
 pub struct Outcome {
     pub snapshot: Snapshot,
     pub statuses: Statuses,
-    /// The Service each Gateway should have (Kubernetes mode; empty otherwise).
-    pub services: BTreeMap<ObjectKey, Service>,
+    /// The Service and EndpointSlices each Gateway should have (Kubernetes mode;
+    /// empty otherwise).
+    pub services: BTreeMap<ObjectKey, services::GatewayObjects>,
 }
 
 /// Standalone reconcile: addresses from `settings.address_pool`.

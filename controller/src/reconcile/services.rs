@@ -5,11 +5,13 @@ use std::collections::BTreeMap;
 
 use gateway_api::gateways::{Gateway, GatewayStatus, GatewayStatusAddresses};
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::address::AddressError;
 use super::conditions as cond;
+use super::edge_slices;
 use super::gateway::GatewayModel;
 use super::ports::{self, PortError, PortRange, PortRequest};
 use crate::store::{ObjectKey, Store};
@@ -18,7 +20,7 @@ use crate::store::{ObjectKey, Store};
 pub struct Plan {
     /// Gateway -> listener port -> internal port, for the Gateways that are served.
     pub ports: BTreeMap<ObjectKey, BTreeMap<u16, u16>>,
-    pub services: BTreeMap<ObjectKey, Service>,
+    pub services: BTreeMap<ObjectKey, GatewayObjects>,
     /// Why a Gateway is not placed, as a Programmed=False reason and message.
     problems: BTreeMap<ObjectKey, (&'static str, String)>,
 }
@@ -66,6 +68,7 @@ pub(super) fn plan(
             previous: previous_ports(store, key),
         });
     }
+    let edge = edge_slices::edge_endpoints(store, &settings.edge_service);
     let mut allocated = BTreeMap::new();
     let mut services = BTreeMap::new();
     for (key, result) in ports::allocate(range, &requests) {
@@ -74,7 +77,10 @@ pub(super) fn plan(
                 let gw = ordered.iter().find(|(k, _)| **k == key).map(|(_, g)| *g);
                 let protos = protocols.get(&key).cloned().unwrap_or_default();
                 if let Some(gw) = gw {
-                    services.insert(key.clone(), desired(&key, gw, &map, &protos, settings));
+                    let service = desired(&key, gw, &map, &protos);
+                    let slices =
+                        edge_slices::desired(&key, &service, owner(&key, gw).as_ref(), &edge);
+                    services.insert(key.clone(), GatewayObjects { service, slices });
                 }
                 allocated.insert(key, map);
             }
@@ -151,10 +157,19 @@ pub const LABEL_GATEWAY_NAMESPACE: &str = "aether.io/gateway-namespace";
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "aether-edge";
 
-/// How Gateway Services select the edge pods.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Where the edge pods are found: the edge's own Service, whose EndpointSlices the
+/// cluster keeps current. Gateway Services mirror its endpoints (see `edge_slices`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceSettings {
-    pub pod_selector: BTreeMap<String, String>,
+    pub edge_service: ObjectKey,
+}
+
+/// What the controller writes for one Gateway in Kubernetes mode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GatewayObjects {
+    pub service: Service,
+    /// The Service's endpoints: the edge pods, at the internal ports.
+    pub slices: Vec<EndpointSlice>,
 }
 
 /// The Service name for a Gateway: `<gateway>-aether`, shortened with a stable hash
@@ -233,16 +248,28 @@ pub fn lb_addresses(store: &Store, key: &ObjectKey) -> Vec<GatewayStatusAddresse
         .collect()
 }
 
+/// The owner reference that lets the garbage collector remove what we create for a
+/// Gateway if we don't; none before the Gateway has a uid.
+pub fn owner(key: &ObjectKey, gw: &Gateway) -> Option<OwnerReference> {
+    Some(OwnerReference {
+        api_version: "gateway.networking.k8s.io/v1".to_owned(),
+        kind: "Gateway".to_owned(),
+        name: key.name.clone(),
+        uid: gw.metadata.uid.clone()?,
+        controller: Some(true),
+        block_owner_deletion: None,
+    })
+}
+
 /// The Service a Gateway should have: type LoadBalancer, each listener port to its
-/// internal port, selecting the edge pods, owned by the Gateway (so the garbage
-/// collector removes it if we don't), with `spec.infrastructure` labels and
-/// annotations propagated.
+/// internal port, owned by the Gateway, with `spec.infrastructure` labels and
+/// annotations propagated. No selector: its endpoints are the edge pods in another
+/// namespace, which only an EndpointSlice we write can name.
 pub fn desired(
     key: &ObjectKey,
     gw: &Gateway,
     ports: &BTreeMap<u16, u16>,
     protocols: &BTreeMap<u16, String>,
-    settings: &ServiceSettings,
 ) -> Service {
     let infra = gw.spec.infrastructure.as_ref();
     let mut labels: BTreeMap<String, String> = infra
@@ -258,14 +285,6 @@ pub fn desired(
         .unwrap_or_default()
         .into_iter()
         .collect();
-    let owner = OwnerReference {
-        api_version: "gateway.networking.k8s.io/v1".to_owned(),
-        kind: "Gateway".to_owned(),
-        name: key.name.clone(),
-        uid: gw.metadata.uid.clone().unwrap_or_default(),
-        controller: Some(true),
-        block_owner_deletion: None,
-    };
     let service_ports = ports
         .iter()
         .map(|(port, internal)| {
@@ -287,12 +306,11 @@ pub fn desired(
             namespace: Some(key.namespace.clone()),
             labels: Some(labels),
             annotations: (!annotations.is_empty()).then_some(annotations),
-            owner_references: gw.metadata.uid.is_some().then(|| vec![owner]),
+            owner_references: owner(key, gw).map(|o| vec![o]),
             ..ObjectMeta::default()
         },
         spec: Some(ServiceSpec {
             type_: Some("LoadBalancer".to_owned()),
-            selector: Some(settings.pod_selector.clone()),
             ports: Some(service_ports),
             ..ServiceSpec::default()
         }),
@@ -315,134 +333,5 @@ mod tests {
 }
 
 #[cfg(test)]
-mod plan_tests {
-    use std::path::Path;
-
-    use super::*;
-    use crate::manifest;
-    use crate::reconcile::{Addressing, Settings, reconcile_with};
-
-    const YAML: &str = r#"
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata: {name: aether}
-spec: {controllerName: aether.io/edge}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: a, namespace: one, uid: uid-a}
-spec:
-  gatewayClassName: aether
-  infrastructure: {labels: {team: x}, annotations: {lb.example/pool: blue}}
-  listeners:
-  - {name: http, port: 80, protocol: HTTP}
-  - {name: http2, port: 80, protocol: HTTP, hostname: b.example.com}
-  - {name: alt, port: 8080, protocol: HTTP}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: b, namespace: two, uid: uid-b}
-spec:
-  gatewayClassName: aether
-  listeners: [{name: http, port: 80, protocol: HTTP}]
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: b-aether
-  namespace: two
-  labels: {aether.io/gateway-name: b, aether.io/gateway-namespace: two, app.kubernetes.io/managed-by: aether-edge}
-spec: {ports: [{port: 80, targetPort: 21234}]}
-status: {loadBalancer: {ingress: [{ip: 192.0.2.7}]}}
-"#;
-
-    fn outcome(range: &str) -> crate::reconcile::Outcome {
-        let parsed = manifest::parse(Path::new("t.yaml"), YAML);
-        assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
-        let settings = Settings {
-            controller_name: "aether.io/edge".into(),
-            address_pool: "127.0.1.0/24".parse().unwrap_or_else(|e| panic!("{e}")),
-        };
-        let addressing = Addressing::InternalPorts {
-            range: range.parse().unwrap_or_else(|e| panic!("{e}")),
-            service: ServiceSettings {
-                pod_selector: [("app".to_owned(), "edge".to_owned())].into(),
-            },
-            bind: std::net::Ipv4Addr::UNSPECIFIED.into(),
-        };
-        reconcile_with(&Store::from_objects(parsed.objects), &settings, &addressing)
-    }
-
-    fn programmed(out: &crate::reconcile::Outcome, ns: &str, name: &str) -> (String, String) {
-        let st = &out.statuses.gateways[&ObjectKey::new(ns, name)].status;
-        let c = st
-            .conditions
-            .iter()
-            .flatten()
-            .find(|c| c.type_ == "Programmed")
-            .unwrap_or_else(|| panic!("no Programmed"));
-        (c.status.clone(), c.reason.clone())
-    }
-
-    #[test]
-    fn services_ports_listeners_and_addresses() {
-        let out = outcome("20000-29999");
-        let a = &out.services[&ObjectKey::new("one", "a")];
-        let spec = a.spec.clone().unwrap_or_default();
-        assert_eq!(spec.type_.as_deref(), Some("LoadBalancer"));
-        let ports = spec.ports.unwrap_or_default();
-        assert_eq!(ports.len(), 2, "listeners on one port share it");
-        let labels = a.metadata.labels.clone().unwrap_or_default();
-        assert_eq!(labels["team"], "x");
-        assert_eq!(labels[LABEL_MANAGED_BY], MANAGED_BY);
-        let owner = &a.metadata.owner_references.clone().unwrap_or_default()[0];
-        assert_eq!(
-            (owner.kind.as_str(), owner.uid.as_str()),
-            ("Gateway", "uid-a")
-        );
-        // b keeps the internal port its Service already targets, and reports the LB IP.
-        let b = out.services[&ObjectKey::new("two", "b")].clone();
-        let bp = b.spec.and_then(|s| s.ports).unwrap_or_default();
-        assert_eq!(bp[0].target_port, Some(IntOrString::Int(21234)));
-        let binds: Vec<u16> = out.snapshot.listeners.keys().map(|a| a.port()).collect();
-        assert_eq!(binds.len(), 3);
-        assert!(binds.contains(&21234));
-        assert!(
-            out.snapshot
-                .listeners
-                .keys()
-                .all(|a| a.ip().is_unspecified())
-        );
-        let bst = &out.statuses.gateways[&ObjectKey::new("two", "b")].status;
-        assert_eq!(
-            bst.addresses.clone().unwrap_or_default()[0].value,
-            "192.0.2.7"
-        );
-        assert_eq!(
-            programmed(&out, "two", "b"),
-            ("True".into(), "Programmed".into())
-        );
-        assert_eq!(
-            programmed(&out, "one", "a"),
-            ("False".into(), "AddressNotAssigned".into())
-        );
-    }
-
-    #[test]
-    fn a_range_too_small_is_a_condition() {
-        // a (first in precedence) takes both ports; b's previous port is outside.
-        let out = outcome("30000-30001");
-        assert_eq!(programmed(&out, "one", "a").1, "AddressNotAssigned");
-        assert_eq!(
-            programmed(&out, "two", "b"),
-            ("False".into(), "NoResources".into())
-        );
-        assert!(!out.services.contains_key(&ObjectKey::new("two", "b")));
-        let tiny = outcome("30000-30000");
-        assert_eq!(
-            programmed(&tiny, "one", "a"),
-            ("False".into(), "NoResources".into())
-        );
-        assert!(!tiny.services.contains_key(&ObjectKey::new("one", "a")));
-    }
-}
+#[path = "services_tests.rs"]
+mod plan_tests;

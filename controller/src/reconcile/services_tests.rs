@@ -1,0 +1,214 @@
+//! Kubernetes-mode placement from YAML: Services, EndpointSlices, ports, addresses.
+
+use std::path::Path;
+
+use super::*;
+use crate::manifest;
+use crate::reconcile::{Addressing, Settings, reconcile_with};
+
+const YAML: &str = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: aether}
+spec: {controllerName: aether.io/edge}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: a, namespace: one, uid: uid-a}
+spec:
+  gatewayClassName: aether
+  infrastructure: {labels: {team: x}, annotations: {lb.example/pool: blue}}
+  listeners:
+  - {name: http, port: 80, protocol: HTTP}
+  - {name: http2, port: 80, protocol: HTTP, hostname: b.example.com}
+  - {name: alt, port: 8080, protocol: HTTP}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: b, namespace: two, uid: uid-b}
+spec:
+  gatewayClassName: aether
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: b-aether
+  namespace: two
+  labels: {aether.io/gateway-name: b, aether.io/gateway-namespace: two, app.kubernetes.io/managed-by: aether-edge}
+spec: {ports: [{port: 80, targetPort: 21234}]}
+status: {loadBalancer: {ingress: [{ip: 192.0.2.7}]}}
+---
+# The edge's own Service's slices (written by the cluster): two pods in two slices,
+# one of them listed twice, one not ready.
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: aether-edge-x1, namespace: edge-system, labels: {kubernetes.io/service-name: aether-edge}}
+addressType: IPv4
+endpoints:
+- addresses: [10.0.0.2]
+  conditions: {ready: true}
+  targetRef: {kind: Pod, namespace: edge-system, name: edge-2}
+ports: [{name: admin, port: 9901}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: aether-edge-x2, namespace: edge-system, labels: {kubernetes.io/service-name: aether-edge}}
+addressType: IPv4
+endpoints:
+- addresses: [10.0.0.1]
+  conditions: {ready: false, terminating: true}
+- addresses: [10.0.0.2]
+  conditions: {ready: true}
+---
+# Same Service name in another namespace: not the edge.
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: aether-edge-y, namespace: one, labels: {kubernetes.io/service-name: aether-edge}}
+addressType: IPv4
+endpoints: [{addresses: [10.9.9.9]}]
+"#;
+
+fn outcome(range: &str) -> crate::reconcile::Outcome {
+    let parsed = manifest::parse(Path::new("t.yaml"), YAML);
+    assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+    let settings = Settings {
+        controller_name: "aether.io/edge".into(),
+        address_pool: "127.0.1.0/24".parse().unwrap_or_else(|e| panic!("{e}")),
+    };
+    let addressing = Addressing::InternalPorts {
+        range: range.parse().unwrap_or_else(|e| panic!("{e}")),
+        service: ServiceSettings {
+            edge_service: ObjectKey::new("edge-system", "aether-edge"),
+        },
+        bind: std::net::Ipv4Addr::UNSPECIFIED.into(),
+    };
+    reconcile_with(&Store::from_objects(parsed.objects), &settings, &addressing)
+}
+
+fn programmed(out: &crate::reconcile::Outcome, ns: &str, name: &str) -> (String, String) {
+    let st = &out.statuses.gateways[&ObjectKey::new(ns, name)].status;
+    let c = st
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Programmed")
+        .unwrap_or_else(|| panic!("no Programmed"));
+    (c.status.clone(), c.reason.clone())
+}
+
+#[test]
+fn services_ports_listeners_and_addresses() {
+    let out = outcome("20000-29999");
+    let objects = &out.services[&ObjectKey::new("one", "a")];
+    let a = &objects.service;
+    let spec = a.spec.clone().unwrap_or_default();
+    assert_eq!(spec.type_.as_deref(), Some("LoadBalancer"));
+    assert_eq!(
+        spec.selector, None,
+        "a selector can't reach pods in edge-system"
+    );
+    let ports = spec.ports.unwrap_or_default();
+    assert_eq!(ports.len(), 2, "listeners on one port share it");
+    let labels = a.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels["team"], "x");
+    assert_eq!(labels[LABEL_MANAGED_BY], MANAGED_BY);
+    let owner = &a.metadata.owner_references.clone().unwrap_or_default()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("Gateway", "uid-a")
+    );
+    // b keeps the internal port its Service already targets, and reports the LB IP.
+    let b = out.services[&ObjectKey::new("two", "b")].service.clone();
+    let bp = b.spec.and_then(|s| s.ports).unwrap_or_default();
+    assert_eq!(bp[0].target_port, Some(IntOrString::Int(21234)));
+    let binds: Vec<u16> = out.snapshot.listeners.keys().map(|a| a.port()).collect();
+    assert_eq!(binds.len(), 3);
+    assert!(binds.contains(&21234));
+    assert!(
+        out.snapshot
+            .listeners
+            .keys()
+            .all(|a| a.ip().is_unspecified())
+    );
+    let bst = &out.statuses.gateways[&ObjectKey::new("two", "b")].status;
+    assert_eq!(
+        bst.addresses.clone().unwrap_or_default()[0].value,
+        "192.0.2.7"
+    );
+    assert_eq!(
+        programmed(&out, "two", "b"),
+        ("True".into(), "Programmed".into())
+    );
+    assert_eq!(
+        programmed(&out, "one", "a"),
+        ("False".into(), "AddressNotAssigned".into())
+    );
+}
+
+#[test]
+fn a_range_too_small_is_a_condition() {
+    // a (first in precedence) takes both ports; b's previous port is outside.
+    let out = outcome("30000-30001");
+    assert_eq!(programmed(&out, "one", "a").1, "AddressNotAssigned");
+    assert_eq!(
+        programmed(&out, "two", "b"),
+        ("False".into(), "NoResources".into())
+    );
+    assert!(!out.services.contains_key(&ObjectKey::new("two", "b")));
+    let tiny = outcome("30000-30000");
+    assert_eq!(
+        programmed(&tiny, "one", "a"),
+        ("False".into(), "NoResources".into())
+    );
+    assert!(!tiny.services.contains_key(&ObjectKey::new("one", "a")));
+}
+
+#[test]
+fn gateway_services_get_the_edge_pods_as_endpoints_at_internal_ports() {
+    let out = outcome("20000-29999");
+    let objects = &out.services[&ObjectKey::new("one", "a")];
+    let [slice] = objects.slices.as_slice() else {
+        panic!("one IPv4 slice expected: {:?}", objects.slices);
+    };
+    assert_eq!(slice.metadata.name.as_deref(), Some("a-aether"));
+    assert_eq!(slice.metadata.namespace.as_deref(), Some("one"));
+    let labels = slice.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels["kubernetes.io/service-name"], "a-aether");
+    assert_eq!(
+        labels["endpointslice.kubernetes.io/managed-by"],
+        "edge.aether.io"
+    );
+    let addrs: Vec<(&str, Option<bool>)> = slice
+        .endpoints
+        .iter()
+        .map(|e| {
+            (
+                e.addresses[0].as_str(),
+                e.conditions.as_ref().and_then(|c| c.ready),
+            )
+        })
+        .collect();
+    assert_eq!(
+        addrs,
+        vec![("10.0.0.1", Some(false)), ("10.0.0.2", Some(true))]
+    );
+    // Each Service port by name, at its internal port.
+    let svc_ports = objects
+        .service
+        .spec
+        .clone()
+        .and_then(|s| s.ports)
+        .unwrap_or_default();
+    let slice_ports = slice.ports.clone().unwrap_or_default();
+    assert_eq!(svc_ports.len(), slice_ports.len());
+    for sp in &svc_ports {
+        let ep = slice_ports
+            .iter()
+            .find(|p| p.name == sp.name)
+            .unwrap_or_else(|| panic!("no slice port named {:?}", sp.name));
+        assert_eq!(sp.target_port, ep.port.map(IntOrString::Int));
+    }
+    let owner = &slice.metadata.owner_references.clone().unwrap_or_default()[0];
+    assert_eq!(owner.uid, "uid-a");
+}
