@@ -63,6 +63,9 @@ async fn answer(
             text(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
         }
         "/readyz" => text(StatusCode::OK, "ok\n"),
+        // Liveness only says the process answers: a draining edge is alive, and a
+        // restart then would cut the drain short.
+        "/livez" => text(StatusCode::OK, "ok\n"),
         "/metrics" => body(
             StatusCode::OK,
             "text/plain; version=0.0.4",

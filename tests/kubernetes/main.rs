@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod chart;
 mod cluster;
 
 use std::future::Future;

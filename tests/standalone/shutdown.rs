@@ -104,6 +104,13 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() -> TestResult {
     )
     .await?;
     eprintln!("admin /readyz answered 503 {seen:?} after SIGTERM");
+    // Liveness stays green while draining, or a kubelet would kill the drain short.
+    let live = admin_get(net, "/livez").await?;
+    ensure!(
+        live.status == StatusCode::OK,
+        "admin /livez answered {} while draining",
+        live.status
+    );
     ensure!(
         edge.try_exit()?.is_none(),
         "the edge exited before the in-flight request finished"

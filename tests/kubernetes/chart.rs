@@ -1,0 +1,130 @@
+//! The Helm chart, rendered by a real `helm template` and applied with server-side
+//! apply to the real API server: every object it renders must be accepted as written
+//! (built-in kinds by the server's own validation, GatewayClass by the official CRD).
+
+use std::path::Path;
+use std::process::Command;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::discovery::{Discovery, Scope};
+use kube::{Api, Client};
+
+use crate::cluster::{BoxError, Cluster};
+
+/// Renders the chart with `helm template` (tests/chart/tools.sh fetches Helm once).
+fn render(values: Option<&str>) -> Result<String, BoxError> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tools = Command::new("bash")
+        .arg(root.join("tests/chart/tools.sh"))
+        .output()?;
+    if !tools.status.success() {
+        return Err(format!(
+            "tests/chart/tools.sh failed: {}",
+            String::from_utf8_lossy(&tools.stderr)
+        )
+        .into());
+    }
+    let helm = String::from_utf8(tools.stdout)?.trim().to_owned();
+    let mut cmd = Command::new(helm);
+    cmd.args(["template", "aether-edge"])
+        .arg(root.join("charts/aether-edge"))
+        .args(["--namespace", "aether-system"]);
+    if let Some(v) = values {
+        cmd.arg("-f").arg(root.join(v));
+    }
+    let out = cmd.output()?;
+    if !out.status.success() {
+        return Err(format!("helm template: {}", String::from_utf8_lossy(&out.stderr)).into());
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+/// Applies every rendered document; `dry_run` asks the server to validate and admit
+/// without storing.
+async fn apply_all(client: &Client, yaml: &str, dry_run: bool) -> Result<usize, BoxError> {
+    let discovery = Discovery::new(client.clone()).run().await?;
+    let mut params = PatchParams::apply("aether-test").force();
+    params.dry_run = dry_run;
+    let mut applied = 0;
+    for doc in yaml.split("\n---") {
+        let value: serde_json::Value = match serde_saphyr::from_str(doc) {
+            Ok(serde_json::Value::Null) | Err(_) if doc.trim().is_empty() => continue,
+            Ok(v) => v,
+            Err(e) => return Err(format!("rendered YAML does not parse: {e}\n{doc}").into()),
+        };
+        if value.is_null() {
+            continue;
+        }
+        let obj: DynamicObject = serde_json::from_value(value.clone())?;
+        let types = obj
+            .types
+            .clone()
+            .ok_or("a rendered object without apiVersion/kind")?;
+        let gvk = GroupVersionKind::try_from(&types)?;
+        let (resource, caps) = discovery
+            .resolve_gvk(&gvk)
+            .ok_or_else(|| format!("the API server does not serve {gvk:?}"))?;
+        let name = obj
+            .metadata
+            .name
+            .clone()
+            .ok_or("a rendered object without a name")?;
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Namespaced => {
+                let ns = obj.metadata.namespace.as_deref().unwrap_or("default");
+                Api::namespaced_with(client.clone(), ns, &resource)
+            }
+            Scope::Cluster => Api::all_with(client.clone(), &resource),
+        };
+        api.patch(&name, &params, &Patch::Apply(&value))
+            .await
+            .map_err(|e| format!("{} {name} refused: {e}", types.kind))?;
+        applied += 1;
+    }
+    Ok(applied)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_applies_to_a_real_apiserver() -> Result<(), BoxError> {
+    let Some(cluster) = Cluster::start().await? else {
+        return Ok(());
+    };
+    let client = cluster.client().await?;
+    crate::apply(
+        &Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone()),
+        "aether-system",
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+                           "metadata": {"name": "aether-system"}}),
+    )
+    .await;
+
+    let variant = render(Some("tests/chart/values-variant.yaml"))?;
+    let n = apply_all(&client, &variant, true).await?;
+    assert!(n >= 6, "only {n} objects in the variant rendering");
+
+    let default = render(None)?;
+    let n = apply_all(&client, &default, false).await?;
+    assert!(n >= 7, "only {n} objects in the default rendering");
+    // What the server stored runs the edge against its own Service, with a grace
+    // period that covers the drain.
+    let deploy = Api::<Deployment>::namespaced(client.clone(), "aether-system")
+        .get("aether-edge")
+        .await?;
+    let pod = deploy
+        .spec
+        .and_then(|s| s.template.spec)
+        .ok_or("no pod spec")?;
+    let args = pod.containers[0].args.clone().unwrap_or_default();
+    assert!(
+        args.iter()
+            .any(|a| a == "--edge-service=aether-system/aether-edge"),
+        "{args:?}"
+    );
+    assert_eq!(pod.termination_grace_period_seconds, Some(40));
+    let class = Api::<gateway_api::gatewayclasses::GatewayClass>::all(client.clone())
+        .get("aether")
+        .await?;
+    assert_eq!(class.spec.controller_name, "aether.io/edge");
+    Ok(())
+}
