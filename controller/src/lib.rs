@@ -3,6 +3,7 @@
 //! Sources fill a [`Store`]; [`reconcile`] turns it, purely, into the proxy's
 //! [`aether_proxy::Snapshot`] and the [`Statuses`] every object should carry.
 
+pub mod gateway_ext;
 #[cfg(feature = "kubernetes")]
 pub mod kube;
 pub mod manifest;

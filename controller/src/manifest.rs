@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use crate::gateway_ext::GatewayExt;
 use crate::store::Object;
 
 /// Why a document or file could not be loaded.
@@ -93,7 +94,12 @@ fn decode(meta: &TypeMeta, doc: &str) -> Result<Option<Object>, serde_saphyr::Er
     let group = meta.api_version.split_once('/').map_or("", |(g, _)| g);
     Ok(Some(match (group, meta.kind.as_str()) {
         ("gateway.networking.k8s.io", "GatewayClass") => Object::GatewayClass(typed(doc)?),
-        ("gateway.networking.k8s.io", "Gateway") => Object::Gateway(typed(doc)?),
+        ("gateway.networking.k8s.io", "Gateway") => {
+            // Typed first, for its line-accurate errors; the raw form only adds fields.
+            let gateway = typed(doc)?;
+            let raw: serde_json::Value = serde_saphyr::from_str(doc).unwrap_or_default();
+            Object::Gateway(gateway, GatewayExt::from_raw(&raw))
+        }
         ("gateway.networking.k8s.io", "HTTPRoute") => Object::HttpRoute(typed(doc)?),
         ("gateway.networking.k8s.io", "ReferenceGrant") => Object::ReferenceGrant(typed(doc)?),
         ("", "Service") => Object::Service(typed(doc)?),

@@ -26,6 +26,21 @@ pub struct Statuses {
     pub gateway_classes: BTreeMap<String, ObjectStatus<GatewayClassStatus>>,
     pub gateways: BTreeMap<ObjectKey, ObjectStatus<GatewayStatus>>,
     pub http_routes: BTreeMap<ObjectKey, ObjectStatus<HttpRouteStatus>>,
+    /// GEP-5093: the routability of each Gateway `status.addresses` entry, index for
+    /// index (the typed status has no field for it; writers add it).
+    pub address_routability: BTreeMap<ObjectKey, Vec<String>>,
+}
+
+/// Adds `routability` to each entry of a serialized status's `addresses`.
+pub fn with_routability(mut status: Value, scopes: &[Option<String>]) -> Value {
+    if let Some(addresses) = status.get_mut("addresses").and_then(Value::as_array_mut) {
+        for (a, scope) in addresses.iter_mut().zip(scopes) {
+            if let (Some(obj), Some(scope)) = (a.as_object_mut(), scope) {
+                obj.insert("routability".to_owned(), Value::String(scope.clone()));
+            }
+        }
+    }
+    status
 }
 
 const API_VERSION: &str = "gateway.networking.k8s.io/v1";
@@ -54,10 +69,14 @@ impl Statuses {
             .gateway_classes
             .iter()
             .map(|(n, s)| item("GatewayClass", n, None, s));
-        let gateways = self
-            .gateways
-            .iter()
-            .map(|(k, s)| item("Gateway", &k.name, Some(&k.namespace), s));
+        let gateways = self.gateways.iter().map(|(k, s)| {
+            let mut v = item("Gateway", &k.name, Some(&k.namespace), s);
+            if let Some(scopes) = self.address_routability.get(k) {
+                let scopes: Vec<Option<String>> = scopes.iter().cloned().map(Some).collect();
+                v["status"] = with_routability(v["status"].take(), &scopes);
+            }
+            v
+        });
         let routes = self
             .http_routes
             .iter()

@@ -12,6 +12,8 @@ use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::gateway_ext::GatewayExt;
+
 /// `namespace/name` of a namespaced object.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ObjectKey {
@@ -49,7 +51,8 @@ pub const DEFAULT_NAMESPACE: &str = "default";
 #[derive(Debug, Clone)]
 pub enum Object {
     GatewayClass(Box<GatewayClass>),
-    Gateway(Box<Gateway>),
+    /// The typed Gateway and the fields its type lacks.
+    Gateway(Box<Gateway>, GatewayExt),
     HttpRoute(Box<HttpRoute>),
     ReferenceGrant(Box<ReferenceGrant>),
     Secret(Box<Secret>),
@@ -62,7 +65,7 @@ impl Object {
     pub fn meta(&self) -> &ObjectMeta {
         match self {
             Object::GatewayClass(o) => &o.metadata,
-            Object::Gateway(o) => &o.metadata,
+            Object::Gateway(o, _) => &o.metadata,
             Object::HttpRoute(o) => &o.metadata,
             Object::ReferenceGrant(o) => &o.metadata,
             Object::Secret(o) => &o.metadata,
@@ -75,7 +78,7 @@ impl Object {
     pub fn kind(&self) -> &'static str {
         match self {
             Object::GatewayClass(_) => "GatewayClass",
-            Object::Gateway(_) => "Gateway",
+            Object::Gateway(..) => "Gateway",
             Object::HttpRoute(_) => "HTTPRoute",
             Object::ReferenceGrant(_) => "ReferenceGrant",
             Object::Secret(_) => "Secret",
@@ -90,6 +93,8 @@ impl Object {
 pub struct Store {
     pub gateway_classes: BTreeMap<String, GatewayClass>,
     pub gateways: BTreeMap<ObjectKey, Gateway>,
+    /// Per Gateway, what its typed form can't hold (see `gateway_ext`).
+    pub gateway_ext: BTreeMap<ObjectKey, GatewayExt>,
     pub http_routes: BTreeMap<ObjectKey, HttpRoute>,
     pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
     pub secrets: BTreeMap<ObjectKey, Secret>,
@@ -121,8 +126,9 @@ impl Store {
                 let name = o.metadata.name.clone().unwrap_or_default();
                 self.gateway_classes.insert(name, *o);
             }
-            Object::Gateway(mut o) => {
+            Object::Gateway(mut o, ext) => {
                 let key = defaulted(&mut o.metadata);
+                self.gateway_ext.insert(key.clone(), ext);
                 self.gateways.insert(key, *o);
             }
             Object::HttpRoute(mut o) => {

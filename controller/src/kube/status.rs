@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use super::FIELD_MANAGER;
 use super::watch::Shared;
 use crate::Statuses;
+use crate::status::with_routability;
 use crate::store::ObjectKey;
 
 /// The Gateway API caps `status.parents` at 32 entries.
@@ -119,12 +120,23 @@ impl StatusWriter {
                             prev.map(|p| p.conditions.as_slice()),
                         );
                     }
+                    // routability (GEP-5093) on both sides, so they compare like with like.
+                    let scopes: Vec<Option<String>> = desired
+                        .address_routability
+                        .get(key)
+                        .map(|v| v.iter().cloned().map(Some).collect())
+                        .unwrap_or_default();
+                    let server_scopes = store
+                        .gateway_ext
+                        .get(key)
+                        .map(|e| e.status_routability.clone())
+                        .unwrap_or_default();
                     out.push(self.plan(
                         "Gateway",
                         key.clone(),
                         rv(&obj.metadata),
-                        to_value(&status),
-                        server.map(to_value),
+                        with_routability(to_value(&status), &scopes),
+                        server.map(|s| with_routability(to_value(s), &server_scopes)),
                         None,
                     ));
                 }

@@ -2,6 +2,7 @@
 //! re-list (after a watch expired or the API server came back) replaces that kind's
 //! objects wholesale, so deletions missed while disconnected are not kept.
 
+use std::borrow::Cow;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,13 +15,16 @@ use gateway_api::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::NamespaceResourceScope;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer};
 use tokio::sync::Notify;
 
 use crate::Object;
+use crate::gateway_ext::GatewayExt;
 use crate::store::{ObjectKey, Store};
 
 /// The Store the watches fill, and how the reconcile loop learns of changes.
@@ -102,7 +106,63 @@ macro_rules! cluster {
 
 cluster!(GatewayClass, GatewayClass, gateway_classes);
 cluster!(Namespace, Namespace, namespaces);
-namespaced!(Gateway, Gateway, gateways);
+
+/// A Gateway as watched: the typed object and the fields its type lacks, both read
+/// from one raw object (typed deserialization alone would drop them).
+#[derive(Clone, Debug)]
+struct RawGateway {
+    gateway: Gateway,
+    ext: GatewayExt,
+}
+
+impl<'de> Deserialize<'de> for RawGateway {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = serde_json::Value::deserialize(d)?;
+        let ext = GatewayExt::from_raw(&raw);
+        let gateway = serde_json::from_value(raw).map_err(serde::de::Error::custom)?;
+        Ok(Self { gateway, ext })
+    }
+}
+
+impl Resource for RawGateway {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        Gateway::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        Gateway::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        Gateway::version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        Gateway::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.gateway.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.gateway.metadata
+    }
+}
+
+impl Kind for RawGateway {
+    fn object(self) -> Object {
+        Object::Gateway(Box::new(self.gateway), self.ext)
+    }
+    fn clear(store: &mut Store) {
+        store.gateways.clear();
+        store.gateway_ext.clear();
+    }
+    fn remove(store: &mut Store, meta: &ObjectMeta) {
+        let key = ObjectKey::of(meta);
+        store.gateway_ext.remove(&key);
+        store.gateways.remove(&key);
+    }
+}
+
 namespaced!(HttpRoute, HttpRoute, http_routes);
 namespaced!(ReferenceGrant, ReferenceGrant, reference_grants);
 namespaced!(Service, Service, services);
@@ -115,7 +175,7 @@ pub fn spawn(client: &Client, shared: &Arc<Shared>) {
     let all = watcher::Config::default();
     shared.pending.store(8, Ordering::Release);
     start::<GatewayClass>(Api::all(client.clone()), all.clone(), shared);
-    start::<Gateway>(Api::all(client.clone()), all.clone(), shared);
+    start::<RawGateway>(Api::all(client.clone()), all.clone(), shared);
     start::<HttpRoute>(Api::all(client.clone()), all.clone(), shared);
     start::<ReferenceGrant>(Api::all(client.clone()), all.clone(), shared);
     start::<Service>(Api::all(client.clone()), all.clone(), shared);

@@ -10,6 +10,7 @@ mod filters;
 mod gateway;
 pub mod hostname;
 pub mod ports;
+pub mod routability;
 mod route;
 pub mod services;
 mod translate;
@@ -168,7 +169,12 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
     for model in models.values() {
         let mut status = gateway_status(model);
         if let Some(plan) = &plan {
-            plan.adjust_status(store, model, &mut status);
+            let scopes = plan.adjust_status(store, model, &mut status);
+            if !scopes.is_empty() {
+                statuses
+                    .address_routability
+                    .insert(model.key.clone(), scopes);
+            }
         }
         statuses.gateways.insert(
             model.key.clone(),

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use gateway_api::gateways::{Gateway, GatewayStatus, GatewayStatusAddresses};
+use gateway_api::gateways::{Gateway, GatewayStatus};
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, OwnerReference};
@@ -14,6 +14,7 @@ use super::conditions as cond;
 use super::edge_slices;
 use super::gateway::GatewayModel;
 use super::ports::{self, PortError, PortRange, PortRequest};
+use super::routability;
 use crate::store::{ObjectKey, Store};
 
 /// Kubernetes-mode placement of every Gateway: its internal ports and its Service.
@@ -23,6 +24,8 @@ pub struct Plan {
     pub services: BTreeMap<ObjectKey, GatewayObjects>,
     /// Why a Gateway is not placed, as a Programmed=False reason and message.
     problems: BTreeMap<ObjectKey, (&'static str, String)>,
+    /// What each Gateway's spec.addresses ask for (GEP-5093).
+    addresses: BTreeMap<ObjectKey, routability::Request>,
 }
 
 /// Allocates internal ports (precedence as `ordered`) and builds each Gateway's Service.
@@ -38,10 +41,18 @@ pub(super) fn plan(
     let mut problems = BTreeMap::new();
     let mut requests = Vec::new();
     let mut protocols: BTreeMap<&ObjectKey, BTreeMap<u16, String>> = BTreeMap::new();
-    for (key, _) in ordered {
+    let mut addresses = BTreeMap::new();
+    for (key, gw) in ordered {
         let Some(model) = models.get(*key) else {
             continue;
         };
+        let wanted = routability::request(gw, store.gateway_ext.get(*key));
+        if let Some(why) = wanted.unsatisfiable() {
+            problems.insert((*key).clone(), ("AddressNotAssigned", why));
+            addresses.insert((*key).clone(), wanted);
+            continue;
+        }
+        addresses.insert((*key).clone(), wanted);
         if let Some((_, false)) = existing(store, key) {
             problems.insert(
                 (*key).clone(),
@@ -76,8 +87,9 @@ pub(super) fn plan(
             Ok(map) => {
                 let gw = ordered.iter().find(|(k, _)| **k == key).map(|(_, g)| *g);
                 let protos = protocols.get(&key).cloned().unwrap_or_default();
-                if let Some(gw) = gw {
-                    let service = desired(&key, gw, &map, &protos);
+                if let (Some(gw), Some(wanted)) = (gw, addresses.get(&key)) {
+                    let current = existing(store, &key).map(|(s, _)| s);
+                    let service = desired(&key, gw, &map, &protos, wanted, current);
                     let slices =
                         edge_slices::desired(&key, &service, owner(&key, gw).as_ref(), &edge);
                     services.insert(key.clone(), GatewayObjects { service, slices });
@@ -102,46 +114,79 @@ pub(super) fn plan(
         ports: allocated,
         services,
         problems,
+        addresses,
     }
 }
 
 impl Plan {
-    /// Kubernetes-mode Gateway status: addresses from the Service's load balancer, and
-    /// Programmed=False when the Gateway could not be placed or has no address yet.
+    /// Kubernetes-mode Gateway status (GEP-5093): the addresses the Service provides
+    /// for each requested scope, `AddressesAssigned`, and Programmed=False when the
+    /// Gateway could not be placed or has no address at all. Returns the routability
+    /// of each `status.addresses` entry, which the typed status can't hold.
     pub(super) fn adjust_status(
         &self,
         store: &Store,
         model: &GatewayModel<'_>,
         status: &mut GatewayStatus,
-    ) {
+    ) -> Vec<String> {
         let generation = model.generation;
-        let addresses = lb_addresses(store, &model.key);
-        let programmed = if let Some((reason, msg)) = self.problems.get(&model.key) {
-            Some(cond::not_programmed(generation, reason, msg.clone()))
-        } else if addresses.is_empty() {
-            Some(cond::not_programmed(
-                generation,
-                "AddressNotAssigned",
-                format!(
-                    "waiting for a load-balancer address on Service {}/{}",
-                    model.key.namespace,
-                    service_name(&model.key.name)
-                ),
-            ))
-        } else {
-            None
+        let (assigned, problem) = match (
+            self.problems.get(&model.key),
+            self.addresses.get(&model.key),
+        ) {
+            (Some(p), _) => (routability::Assigned::default(), Some(p.clone())),
+            (None, Some(wanted)) => {
+                let svc = existing(store, &model.key).map(|(s, _)| s);
+                let assigned = routability::assign(wanted, svc);
+                let none = assigned
+                    .addresses
+                    .is_empty()
+                    .then(|| ("AddressNotAssigned", assigned.unsatisfied.join("; ")));
+                (assigned, none)
+            }
+            (None, None) => (routability::Assigned::default(), None),
         };
-        let still_programmed = status
-            .conditions
+        let conditions = status.conditions.get_or_insert_with(Vec::new);
+        let addresses_assigned = match &problem {
+            Some((_, msg)) => cond::condition(
+                "AddressesAssigned",
+                false,
+                "NotAssigned",
+                msg.clone(),
+                generation,
+            ),
+            None if assigned.unsatisfied.is_empty() => cond::condition(
+                "AddressesAssigned",
+                true,
+                "Assigned",
+                "every requested address is assigned",
+                generation,
+            ),
+            None => cond::condition(
+                "AddressesAssigned",
+                false,
+                "PartiallyAssigned",
+                format!("not assigned: {}", assigned.unsatisfied.join("; ")),
+                generation,
+            ),
+        };
+        replace(conditions, addresses_assigned);
+        let still_programmed = conditions
             .iter()
-            .flatten()
             .any(|c| c.type_ == "Programmed" && c.status == "True");
-        if let Some(c) = programmed
+        if let Some((reason, msg)) = problem
             && (still_programmed || self.problems.contains_key(&model.key))
         {
-            replace(status.conditions.get_or_insert_with(Vec::new), c);
+            replace(conditions, cond::not_programmed(generation, reason, msg));
         }
+        let scopes = assigned
+            .addresses
+            .iter()
+            .map(|(_, r)| (*r).to_owned())
+            .collect();
+        let addresses: Vec<_> = assigned.addresses.into_iter().map(|(a, _)| a).collect();
         status.addresses = (!addresses.is_empty()).then_some(addresses);
+        scopes
     }
 }
 
@@ -223,29 +268,19 @@ pub fn previous_ports(store: &Store, key: &ObjectKey) -> BTreeMap<u16, u16> {
         .collect()
 }
 
-/// The addresses the load balancer assigned to our Service for `key`.
-pub fn lb_addresses(store: &Store, key: &ObjectKey) -> Vec<GatewayStatusAddresses> {
-    let Some((svc, true)) = existing(store, key) else {
-        return Vec::new();
-    };
-    svc.status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|i| match (&i.ip, &i.hostname) {
-            (Some(ip), _) if !ip.is_empty() => Some(GatewayStatusAddresses {
-                r#type: Some("IPAddress".to_owned()),
-                value: ip.clone(),
-            }),
-            (_, Some(h)) if !h.is_empty() => Some(GatewayStatusAddresses {
-                r#type: Some("Hostname".to_owned()),
-                value: h.clone(),
-            }),
-            _ => None,
-        })
-        .collect()
+/// The ClusterIP to ask for. A Service's ClusterIP can't change once allocated, so
+/// asking for another one would only make every apply fail: then none is asked for,
+/// and the entry stays unsatisfied with the Service's actual address in status.
+fn cluster_ip(wanted: &routability::Request, current: Option<&Service>) -> Option<String> {
+    let want = wanted.cluster_ip()?;
+    let has = current
+        .and_then(|s| s.spec.as_ref())
+        .and_then(|s| s.cluster_ip.as_deref())
+        .filter(|c| !c.is_empty());
+    match has {
+        Some(c) if c.parse().ok() != Some(want) => None,
+        _ => Some(want.to_string()),
+    }
 }
 
 /// The owner reference that lets the garbage collector remove what we create for a
@@ -270,6 +305,8 @@ pub fn desired(
     gw: &Gateway,
     ports: &BTreeMap<u16, u16>,
     protocols: &BTreeMap<u16, String>,
+    wanted: &routability::Request,
+    current: Option<&Service>,
 ) -> Service {
     let infra = gw.spec.infrastructure.as_ref();
     let mut labels: BTreeMap<String, String> = infra
@@ -310,7 +347,10 @@ pub fn desired(
             ..ObjectMeta::default()
         },
         spec: Some(ServiceSpec {
-            type_: Some("LoadBalancer".to_owned()),
+            type_: wanted.service_type().map(str::to_owned),
+            // Deprecated upstream but still what MetalLB and most clouds honour.
+            load_balancer_ip: wanted.load_balancer_ip().map(|ip| ip.to_string()),
+            cluster_ip: cluster_ip(wanted, current),
             ports: Some(service_ports),
             ..ServiceSpec::default()
         }),

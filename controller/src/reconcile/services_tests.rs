@@ -36,7 +36,7 @@ metadata:
   name: b-aether
   namespace: two
   labels: {aether.io/gateway-name: b, aether.io/gateway-namespace: two, app.kubernetes.io/managed-by: aether-edge}
-spec: {ports: [{port: 80, targetPort: 21234}]}
+spec: {type: LoadBalancer, ports: [{port: 80, targetPort: 21234}]}
 status: {loadBalancer: {ingress: [{ip: 192.0.2.7}]}}
 ---
 # The edge's own Service's slices (written by the cluster): two pods in two slices,
@@ -211,4 +211,158 @@ fn gateway_services_get_the_edge_pods_as_endpoints_at_internal_ports() {
     }
     let owner = &slice.metadata.owner_references.clone().unwrap_or_default()[0];
     assert_eq!(owner.uid, "uid-a");
+}
+
+/// GEP-5093 cases: Gateways asking for Cluster only, both scopes plus one unknown,
+/// and nothing satisfiable, with the Services as the server would hold them.
+const ROUTABILITY: &str = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: aether}
+spec: {controllerName: aether.io/edge}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: internal, namespace: r}
+spec:
+  gatewayClassName: aether
+  addresses: [{type: IPAddress, routability: Cluster}]
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: internal-aether
+  namespace: r
+  labels: {aether.io/gateway-name: internal, aether.io/gateway-namespace: r, app.kubernetes.io/managed-by: aether-edge}
+spec: {type: ClusterIP, clusterIP: 10.96.0.42, ports: [{port: 80, targetPort: 20001}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: mixed, namespace: r}
+spec:
+  gatewayClassName: aether
+  addresses:
+  - {type: IPAddress, value: 192.0.2.9, routability: External}
+  - {type: IPAddress, routability: Cluster}
+  - {type: IPAddress, routability: example.com/CorpWan}
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: mixed-aether
+  namespace: r
+  labels: {aether.io/gateway-name: mixed, aether.io/gateway-namespace: r, app.kubernetes.io/managed-by: aether-edge}
+spec: {type: LoadBalancer, clusterIP: 10.96.0.43, ports: [{port: 80, targetPort: 20002}]}
+status: {loadBalancer: {ingress: [{ip: 192.0.2.9}]}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: nowhere, namespace: r}
+spec:
+  gatewayClassName: aether
+  addresses: [{type: IPAddress, routability: example.com/CorpWan}, {type: Hostname, value: gw.example.com}]
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+"#;
+
+fn condition(out: &crate::reconcile::Outcome, name: &str, ctype: &str) -> (String, String, String) {
+    let st = &out.statuses.gateways[&ObjectKey::new("r", name)].status;
+    st.conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == ctype)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        .unwrap_or_else(|| panic!("{name}: no {ctype}"))
+}
+
+#[test]
+fn routability_scopes_services_conditions_and_status() {
+    let parsed = manifest::parse(Path::new("r.yaml"), ROUTABILITY);
+    assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+    let settings = Settings {
+        controller_name: "aether.io/edge".into(),
+        address_pool: "127.0.1.0/24".parse().unwrap_or_else(|e| panic!("{e}")),
+    };
+    let addressing = Addressing::InternalPorts {
+        range: "20000-29999".parse().unwrap_or_else(|e| panic!("{e}")),
+        service: ServiceSettings {
+            edge_service: ObjectKey::new("edge-system", "aether-edge"),
+        },
+        bind: std::net::Ipv4Addr::UNSPECIFIED.into(),
+    };
+    let out = reconcile_with(&Store::from_objects(parsed.objects), &settings, &addressing);
+    let svc = |name: &str| {
+        out.services
+            .get(&ObjectKey::new("r", name))
+            .and_then(|o| o.service.spec.clone())
+    };
+    let addrs = |name: &str| -> Vec<(String, String)> {
+        let key = ObjectKey::new("r", name);
+        let st = &out.statuses.gateways[&key].status;
+        let scopes = out
+            .statuses
+            .address_routability
+            .get(&key)
+            .cloned()
+            .unwrap_or_default();
+        st.addresses
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .zip(scopes)
+            .map(|(a, s)| (a.value, s))
+            .collect()
+    };
+
+    // Cluster only: a ClusterIP Service, its cluster IP reported as Cluster.
+    let internal = svc("internal").unwrap_or_else(|| panic!("no Service for internal"));
+    assert_eq!(internal.type_.as_deref(), Some("ClusterIP"));
+    assert_eq!(
+        addrs("internal"),
+        vec![("10.96.0.42".into(), "Cluster".into())]
+    );
+    assert_eq!(
+        condition(&out, "internal", "AddressesAssigned").1,
+        "Assigned"
+    );
+    assert_eq!(condition(&out, "internal", "Programmed").0, "True");
+
+    // External with a value, Cluster, and an unknown scope: one LoadBalancer Service
+    // asking for the IP; both known scopes reported; the unknown one named; still
+    // programmed.
+    let mixed = svc("mixed").unwrap_or_else(|| panic!("no Service for mixed"));
+    assert_eq!(mixed.type_.as_deref(), Some("LoadBalancer"));
+    assert_eq!(mixed.load_balancer_ip.as_deref(), Some("192.0.2.9"));
+    assert_eq!(
+        addrs("mixed"),
+        vec![
+            ("192.0.2.9".into(), "External".into()),
+            ("10.96.0.43".into(), "Cluster".into())
+        ]
+    );
+    let (st, reason, msg) = condition(&out, "mixed", "AddressesAssigned");
+    assert_eq!(
+        (st.as_str(), reason.as_str()),
+        ("False", "PartiallyAssigned")
+    );
+    assert!(msg.contains("example.com/CorpWan"), "{msg}");
+    assert_eq!(condition(&out, "mixed", "Programmed").0, "True");
+
+    // Nothing satisfiable: no Service, no listener, NotAssigned and AddressNotAssigned.
+    assert!(svc("nowhere").is_none());
+    assert!(addrs("nowhere").is_empty());
+    let (st, reason, msg) = condition(&out, "nowhere", "AddressesAssigned");
+    assert_eq!((st.as_str(), reason.as_str()), ("False", "NotAssigned"));
+    assert!(msg.contains("Hostname") && msg.contains("CorpWan"), "{msg}");
+    let (st, reason, _) = condition(&out, "nowhere", "Programmed");
+    assert_eq!(
+        (st.as_str(), reason.as_str()),
+        ("False", "AddressNotAssigned")
+    );
+    assert_eq!(
+        out.snapshot.listeners.len(),
+        2,
+        "only internal and mixed are served"
+    );
 }

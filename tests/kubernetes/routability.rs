@@ -1,0 +1,176 @@
+//! GEP-5093 against the real API server with the chart's CRD patch installed:
+//! `routability` survives in spec and status, each scope gets the Service that
+//! provides it, and the conditions read as the GEP states.
+
+use gateway_api::gateways::Gateway;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use crate::cluster::{BoxError, Cluster};
+use crate::{apply, edge, eventually};
+
+async fn gateway(client: &Client, name: &str, addresses: Value) {
+    apply(
+        &Api::<Gateway>::namespaced(client.clone(), "scopes"),
+        name,
+        json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": name, "namespace": "scopes"},
+        "spec": {"gatewayClassName": "aether", "addresses": addresses,
+                 "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+    )
+    .await;
+}
+
+/// The Gateway as the server holds it, untyped, so `routability` is visible.
+async fn raw(client: &Client, name: &str) -> Option<Value> {
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "scopes",
+        &ApiResource::erase::<Gateway>(&()),
+    );
+    api.get(name).await.ok().map(|o| o.data)
+}
+
+/// (value, routability) of each status address, and (status, reason) of a condition.
+fn addresses(gw: &Value) -> Vec<(String, String)> {
+    gw["status"]["addresses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|a| {
+            (
+                a["value"].as_str().unwrap_or("").to_owned(),
+                a["routability"].as_str().unwrap_or("(unset)").to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn condition(gw: &Value, ctype: &str) -> Option<(String, String)> {
+    gw["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == ctype)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or("").to_owned(),
+                c["reason"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn routability_scopes_services_and_conditions() -> Result<(), BoxError> {
+    let Some(cluster) = Cluster::start().await? else {
+        return Ok(());
+    };
+    let client = cluster.client().await?;
+    apply(
+        &Api::<Namespace>::all(client.clone()),
+        "scopes",
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "scopes"}}),
+    )
+    .await;
+    apply(
+        &Api::<gateway_api::gatewayclasses::GatewayClass>::all(client.clone()),
+        "aether",
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+               "metadata": {"name": "aether"}, "spec": {"controllerName": "aether.io/edge"}}),
+    )
+    .await;
+    gateway(
+        &client,
+        "internal",
+        json!([{"type": "IPAddress", "routability": "Cluster"}]),
+    )
+    .await;
+    gateway(
+        &client,
+        "mixed",
+        json!([{"type": "IPAddress", "value": "192.0.2.50", "routability": "External"},
+               {"type": "IPAddress", "routability": "Cluster"},
+               {"type": "IPAddress", "routability": "example.com/CorpWan"}]),
+    )
+    .await;
+    gateway(
+        &client,
+        "nowhere",
+        json!([{"type": "IPAddress", "routability": "example.com/CorpWan"}]),
+    )
+    .await;
+    // The patched CRD kept the field (an unpatched one prunes it).
+    let stored = raw(&client, "mixed").await.ok_or("no Gateway mixed")?;
+    assert_eq!(stored["spec"]["addresses"][1]["routability"], "Cluster");
+    let _edge = edge(&cluster, "127.0.0.1", "scopes");
+    let services = Api::<Service>::namespaced(client.clone(), "scopes");
+
+    // Cluster only: a ClusterIP Service; its cluster IP in status as Cluster.
+    let svc = eventually("internal's Service", || async {
+        services.get_opt("internal-aether").await.ok().flatten()
+    })
+    .await;
+    let spec = svc.spec.clone().unwrap_or_default();
+    assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
+    let cluster_ip = spec.cluster_ip.clone().ok_or("no clusterIP allocated")?;
+    eventually("internal: Cluster address, Assigned", || async {
+        let gw = raw(&client, "internal").await?;
+        (addresses(&gw) == vec![(cluster_ip.clone(), "Cluster".to_owned())]
+            && condition(&gw, "AddressesAssigned")? == ("True".into(), "Assigned".into())
+            && condition(&gw, "Programmed")? == ("True".into(), "Programmed".into()))
+            .then_some(())
+    })
+    .await;
+
+    // Both scopes and an unknown one: a LoadBalancer Service asking for the IP. Before
+    // the load balancer answers, only the Cluster address; then both, each with its
+    // scope. The unknown scope keeps it PartiallyAssigned; it stays programmed.
+    let svc = eventually("mixed's Service", || async {
+        services.get_opt("mixed-aether").await.ok().flatten()
+    })
+    .await;
+    let spec = svc.spec.clone().unwrap_or_default();
+    assert_eq!(spec.type_.as_deref(), Some("LoadBalancer"));
+    assert_eq!(spec.load_balancer_ip.as_deref(), Some("192.0.2.50"));
+    let mixed_cluster_ip = spec.cluster_ip.clone().ok_or("no clusterIP allocated")?;
+    eventually("mixed: Cluster only, PartiallyAssigned", || async {
+        let gw = raw(&client, "mixed").await?;
+        (addresses(&gw) == vec![(mixed_cluster_ip.clone(), "Cluster".to_owned())]
+            && condition(&gw, "AddressesAssigned")? == ("False".into(), "PartiallyAssigned".into())
+            && condition(&gw, "Programmed")?.0 == "True")
+            .then_some(())
+    })
+    .await;
+    services
+        .patch_status(
+            "mixed-aether",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.50"}]}}})),
+        )
+        .await?;
+    eventually("mixed: External and Cluster", || async {
+        let gw = raw(&client, "mixed").await?;
+        (addresses(&gw)
+            == vec![
+                ("192.0.2.50".to_owned(), "External".to_owned()),
+                (mixed_cluster_ip.clone(), "Cluster".to_owned()),
+            ]
+            && condition(&gw, "AddressesAssigned")? == ("False".into(), "PartiallyAssigned".into()))
+            .then_some(())
+    })
+    .await;
+
+    // Nothing satisfiable: never substituted, no Service, not programmed.
+    eventually("nowhere: NotAssigned", || async {
+        let gw = raw(&client, "nowhere").await?;
+        (condition(&gw, "AddressesAssigned")? == ("False".into(), "NotAssigned".into())
+            && condition(&gw, "Programmed")? == ("False".into(), "AddressNotAssigned".into())
+            && addresses(&gw).is_empty())
+        .then_some(())
+    })
+    .await;
+    assert!(services.get_opt("nowhere-aether").await?.is_none());
+    Ok(())
+}
