@@ -53,6 +53,15 @@ pub struct RunArgs {
     #[arg(long, default_value = "aether-system/aether-edge", value_parser = parse_object_key, value_name = "NAMESPACE/NAME")]
     pub edge_service: aether_controller::ObjectKey,
 
+    /// Kubernetes mode: only the holder of this Lease (in the edge Service's namespace)
+    /// writes status and Gateway Services; every replica serves traffic regardless.
+    #[arg(long, default_value = "aether-edge-writer", value_name = "NAME")]
+    pub writer_lease: String,
+
+    /// Kubernetes mode: how long a writer holds the Lease without renewing it.
+    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub lease_duration: Duration,
+
     /// Kubernetes mode: the address listeners bind their internal ports on.
     #[arg(long, default_value = "0.0.0.0", value_name = "IP")]
     pub listen_address: std::net::IpAddr,

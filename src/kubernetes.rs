@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use aether_controller::kube::lease::{self, LeaseConfig};
 use aether_controller::kube::services::{Desired, ServiceApplier};
 use aether_controller::kube::status::StatusWriter;
 use aether_controller::kube::watch::Shared;
@@ -41,7 +42,16 @@ pub async fn run(
         Arc::clone(&shared),
         settings.controller_name.clone(),
     );
-    let applier = ServiceApplier::new(client, Arc::clone(&shared));
+    let applier = ServiceApplier::new(client.clone(), Arc::clone(&shared));
+    let held = lease::spawn(
+        client,
+        LeaseConfig {
+            namespace: args.edge_service.namespace.clone(),
+            name: args.writer_lease.clone(),
+            identity: identity(),
+            duration: args.lease_duration,
+        },
+    );
     // Effects wait for the first reconcile of a fully listed Store: the channels'
     // initial (empty) values are never acted on.
     let mut effects = Some((writer, status_rx, applier, service_rx));
@@ -77,11 +87,24 @@ pub async fn run(
                 status_tx.send_replace(Arc::new(publisher.statuses().clone()));
                 service_tx.send_replace(services);
                 if let Some((writer, status_rx, applier, service_rx)) = effects.take() {
-                    tokio::spawn(writer.run(status_rx));
-                    tokio::spawn(applier.run(service_rx));
+                    tokio::spawn(writer.run(status_rx, held.clone()));
+                    tokio::spawn(applier.run(service_rx, held.clone()));
                 }
             }
         }
     }
     Ok(())
+}
+
+/// This replica's name in the writer Lease: the pod name (the chart sets `POD_NAME`
+/// from the downward API), else the host name, plus the process id so two processes
+/// on one host (tests, a local run beside a cluster) are told apart.
+fn identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .or_else(|_| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned())
+        })
+        .unwrap_or_else(|_| "aether-edge".to_owned());
+    format!("{host}-{}", std::process::id())
 }

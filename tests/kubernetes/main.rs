@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -59,6 +60,8 @@ fn edge(cluster: &Cluster, listen: &str, label: &str) -> Proc {
                 listen,
                 "--drain-timeout",
                 "1s",
+                "--lease-duration",
+                "2s",
             ])
             .env("KUBECONFIG", &cluster.kubeconfig)
             .env("RUST_LOG", "info,aether_controller=debug")
@@ -448,8 +451,8 @@ async fn two_instances_converge_with_bounded_writes() -> Result<(), BoxError> {
     let client = cluster.client().await?;
     setup(&client).await;
     // Two replicas (each would be its own pod; here two loopback addresses).
-    let _a = edge(&cluster, "127.0.0.1", "a");
-    let _b = edge(&cluster, "127.0.0.2", "b");
+    let a = edge(&cluster, "127.0.0.1", "a");
+    let b = edge(&cluster, "127.0.0.2", "b");
     let gateways = Api::<Gateway>::namespaced(client.clone(), "one");
     eventually("a's status written", || async {
         programmed(&gateways.get("a").await.ok()?).filter(|p| p.1 == "AddressNotAssigned")
@@ -496,5 +499,49 @@ async fn two_instances_converge_with_bounded_writes() -> Result<(), BoxError> {
         0,
         "flapping"
     );
+
+    // One writer: the Lease names one of the two processes. When it dies, the other
+    // takes over within a few lease durations and writes what changed since.
+    let lease = Api::<Lease>::namespaced(client.clone(), "aether-system")
+        .get("aether-edge-writer")
+        .await?;
+    let holder = lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    let (mut leader, survivor) = if holder.ends_with(&format!("-{}", a.0.id())) {
+        (a, b)
+    } else {
+        assert!(
+            holder.ends_with(&format!("-{}", b.0.id())),
+            "the Lease names neither instance: {holder}"
+        );
+        (b, a)
+    };
+    leader.0.kill()?;
+    Api::<Service>::namespaced(client.clone(), "one")
+        .patch_status(
+            "a-aether",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.77"}]}}})),
+        )
+        .await?;
+    eventually("the surviving instance writes the new address", || async {
+        let gw = gateways.get("a").await.ok()?;
+        let addrs = gw.status?.addresses?;
+        (addrs.first()?.value == "192.0.2.77").then_some(())
+    })
+    .await;
+    let lease = Api::<Lease>::namespaced(client.clone(), "aether-system")
+        .get("aether-edge-writer")
+        .await?;
+    let spec = lease.spec.unwrap_or_default();
+    assert!(
+        spec.holder_identity
+            .unwrap_or_default()
+            .ends_with(&format!("-{}", survivor.0.id())),
+        "the Lease did not move to the survivor"
+    );
+    assert_eq!(spec.lease_transitions, Some(1));
     Ok(())
 }

@@ -68,12 +68,15 @@ async fn routability_scopes_services_and_conditions() -> Result<(), BoxError> {
         return Ok(());
     };
     let client = cluster.client().await?;
-    apply(
-        &Api::<Namespace>::all(client.clone()),
-        "scopes",
-        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "scopes"}}),
-    )
-    .await;
+    // "aether-system" holds the writer Lease.
+    for ns in ["scopes", "aether-system"] {
+        apply(
+            &Api::<Namespace>::all(client.clone()),
+            ns,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .await;
+    }
     apply(
         &Api::<gateway_api::gatewayclasses::GatewayClass>::all(client.clone()),
         "aether",

@@ -2,6 +2,7 @@
 //! and effects write what the reconciler decided (status, Gateway Services) back with
 //! server-side apply under one field manager.
 
+pub mod lease;
 pub mod services;
 pub mod status;
 pub mod watch;

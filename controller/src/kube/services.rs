@@ -58,9 +58,12 @@ impl ServiceApplier {
         }
     }
 
-    pub async fn run(mut self, mut rx: watch::Receiver<Desired>) {
+    pub async fn run(mut self, mut rx: watch::Receiver<Desired>, mut held: watch::Receiver<bool>) {
         let mut backoff = MIN_INTERVAL;
         loop {
+            if !super::lease::until_held(&mut held).await {
+                return;
+            }
             let desired = Arc::clone(&rx.borrow_and_update());
             let failed = self.sync(&desired).await;
             backoff = if failed {
@@ -69,7 +72,7 @@ impl ServiceApplier {
                 MIN_INTERVAL
             };
             tokio::time::sleep(backoff).await;
-            if !failed && rx.changed().await.is_err() {
+            if !failed && !super::lease::news(&mut rx, &mut held).await {
                 return;
             }
         }

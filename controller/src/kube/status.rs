@@ -61,9 +61,16 @@ impl StatusWriter {
     }
 
     /// Writes the latest Statuses from `rx` until the sender goes away.
-    pub async fn run(mut self, mut rx: watch::Receiver<Arc<Statuses>>) {
+    pub async fn run(
+        mut self,
+        mut rx: watch::Receiver<Arc<Statuses>>,
+        mut held: watch::Receiver<bool>,
+    ) {
         let mut backoff = MIN_INTERVAL;
         loop {
+            if !super::lease::until_held(&mut held).await {
+                return;
+            }
             let desired = Arc::clone(&rx.borrow_and_update());
             let failed = self.sync(&desired).await;
             let wait = if failed {
@@ -75,7 +82,7 @@ impl StatusWriter {
             };
             tokio::time::sleep(wait).await;
             // After a failure retry even without news; otherwise wait for a change.
-            if !failed && rx.changed().await.is_err() {
+            if !failed && !super::lease::news(&mut rx, &mut held).await {
                 return;
             }
         }

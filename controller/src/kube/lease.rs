@@ -1,0 +1,134 @@
+//! One writer at a time: a coordination.k8s.io Lease decides which replica writes
+//! status and Gateway Services.
+//!
+//! Replicas of one version compute the same bytes, so several writers would only
+//! repeat each other. During a rolling upgrade, though, two versions may compute
+//! different status, and two writers would then flip it back and forth. Only the
+//! Lease holder writes; every replica still watches, reconciles and serves traffic,
+//! so the data plane never waits on the Lease. A holder that stops renewing loses it
+//! after `duration`, and another replica takes over.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+use metrics::gauge;
+use tokio::sync::watch;
+
+#[derive(Debug, Clone)]
+pub struct LeaseConfig {
+    pub namespace: String,
+    pub name: String,
+    /// Who we are in `holderIdentity`: the pod name in a cluster.
+    pub identity: String,
+    /// How long a holder keeps the Lease without renewing; renewals come at a third.
+    pub duration: Duration,
+}
+
+/// Keeps trying to hold the Lease; the receiver says whether we hold it now.
+pub fn spawn(client: Client, config: LeaseConfig) -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let api = Api::<Lease>::namespaced(client, &config.namespace);
+        let renew = config.duration / 3;
+        // When we last renewed successfully: a holder that can't renew for a whole
+        // duration must assume another replica took over.
+        let mut renewed: Option<tokio::time::Instant> = None;
+        loop {
+            let held = match try_hold(&api, &config).await {
+                Ok(held) => {
+                    renewed = held.then(tokio::time::Instant::now);
+                    held
+                }
+                Err(e) => {
+                    tracing::warn!(lease = %config.name, error = %e, "cannot read or renew the writer Lease; retrying");
+                    renewed.is_some_and(|t| t.elapsed() < config.duration)
+                }
+            };
+            if *tx.borrow() != held {
+                tracing::info!(lease = %config.name, identity = %config.identity, held, "writer Lease {}", if held { "acquired" } else { "lost" });
+            }
+            gauge!("aether_writer_lease_held").set(if held { 1.0 } else { 0.0 });
+            tx.send_replace(held);
+            if tx.is_closed() {
+                return;
+            }
+            tokio::time::sleep(renew).await;
+        }
+    });
+    rx
+}
+
+/// One round: create, renew or take over the Lease. True if we hold it afterwards.
+/// Every write carries the read's resourceVersion, so two replicas racing for an
+/// expired Lease can't both win: the loser gets a conflict and reads again.
+async fn try_hold(api: &Api<Lease>, config: &LeaseConfig) -> Result<bool, kube::Error> {
+    let now = Timestamp::now();
+    let seconds = i32::try_from(config.duration.as_secs().max(1)).unwrap_or(i32::MAX);
+    let Some(mut lease) = api.get_opt(&config.name).await? else {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(config.name.clone()),
+                namespace: Some(config.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(config.identity.clone()),
+                lease_duration_seconds: Some(seconds),
+                acquire_time: Some(MicroTime(now)),
+                renew_time: Some(MicroTime(now)),
+                lease_transitions: Some(0),
+                ..LeaseSpec::default()
+            }),
+        };
+        return match api.create(&PostParams::default(), &lease).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        };
+    };
+    let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+    let ours = spec.holder_identity.as_deref() == Some(config.identity.as_str());
+    let expired = match (&spec.renew_time, spec.lease_duration_seconds) {
+        (Some(MicroTime(t)), Some(d)) => {
+            now.duration_since(*t) > SignedDuration::from_secs(i64::from(d))
+        }
+        _ => true,
+    };
+    if !ours && !expired {
+        return Ok(false);
+    }
+    if !ours {
+        spec.holder_identity = Some(config.identity.clone());
+        spec.acquire_time = Some(MicroTime(now));
+        spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
+    }
+    spec.renew_time = Some(MicroTime(now));
+    spec.lease_duration_seconds = Some(seconds);
+    match api
+        .replace(&config.name, &PostParams::default(), &lease)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Waits until we hold the Lease. False if the Lease task is gone.
+pub async fn until_held(held: &mut watch::Receiver<bool>) -> bool {
+    held.wait_for(|h| *h).await.is_ok()
+}
+
+/// Waits for news for a writer: a new desired value, or a change of Lease holder (a
+/// new holder must write at once what the old one may have left unwritten). False
+/// when either sender is gone.
+pub async fn news<T>(rx: &mut watch::Receiver<T>, held: &mut watch::Receiver<bool>) -> bool {
+    tokio::select! {
+        r = rx.changed() => r.is_ok(),
+        r = held.changed() => r.is_ok(),
+    }
+}
