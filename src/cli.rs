@@ -21,7 +21,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Reconcile Gateway API manifests and serve them.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// A small HTTP/1.1 + h2c backend that answers with JSON describing each request.
     Echo(EchoArgs),
 }

@@ -18,7 +18,7 @@ fn main() -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     match cli.command {
-        Command::Run(args) => runtime.block_on(aether_edge::app::run(args)),
+        Command::Run(args) => runtime.block_on(aether_edge::app::run(*args)),
         Command::Echo(args) => runtime.block_on(aether_edge::echo::run(args)),
     }
 }
