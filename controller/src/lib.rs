@@ -4,6 +4,7 @@
 //! [`aether_proxy::Snapshot`] and the [`Statuses`] every object should carry.
 
 pub mod gateway_ext;
+pub mod grpc_route;
 #[cfg(feature = "kubernetes")]
 pub mod kube;
 pub mod manifest;

@@ -11,7 +11,9 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use crate::gateway_ext::GatewayExt;
+use crate::grpc_route::to_http_route;
 use crate::store::Object;
+use gateway_api::grpcroutes::GrpcRoute;
 
 /// Why a document or file could not be loaded.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -101,6 +103,15 @@ fn decode(meta: &TypeMeta, doc: &str) -> Result<Option<Object>, serde_saphyr::Er
             Object::Gateway(gateway, GatewayExt::from_raw(&raw))
         }
         ("gateway.networking.k8s.io", "HTTPRoute") => Object::HttpRoute(typed(doc)?),
+        ("gateway.networking.k8s.io", "GRPCRoute") => {
+            let route: Box<GrpcRoute> = typed(doc)?;
+            // Its own types parsed, so the HTTPRoute form always exists; a failure here
+            // would be a bug in the conversion, reported like any invalid object.
+            match to_http_route(&route) {
+                Ok(r) => Object::GrpcRoute(Box::new(r)),
+                Err(e) => return Err(serde::de::Error::custom(format!("GRPCRoute: {e}"))),
+            }
+        }
         ("gateway.networking.k8s.io", "ReferenceGrant") => Object::ReferenceGrant(typed(doc)?),
         ("", "Service") => Object::Service(typed(doc)?),
         ("", "Secret") => Object::Secret(typed(doc)?),

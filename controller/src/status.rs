@@ -26,6 +26,8 @@ pub struct Statuses {
     pub gateway_classes: BTreeMap<String, ObjectStatus<GatewayClassStatus>>,
     pub gateways: BTreeMap<ObjectKey, ObjectStatus<GatewayStatus>>,
     pub http_routes: BTreeMap<ObjectKey, ObjectStatus<HttpRouteStatus>>,
+    /// GRPCRoute status has HTTPRoute's shape exactly.
+    pub grpc_routes: BTreeMap<ObjectKey, ObjectStatus<HttpRouteStatus>>,
     /// GEP-5093: the routability of each Gateway `status.addresses` entry, index for
     /// index (the typed status has no field for it; writers add it).
     pub address_routability: BTreeMap<ObjectKey, Vec<String>>,
@@ -81,7 +83,15 @@ impl Statuses {
             .http_routes
             .iter()
             .map(|(k, s)| item("HTTPRoute", &k.name, Some(&k.namespace), s));
-        classes.chain(gateways).chain(routes).collect()
+        let grpc_routes = self
+            .grpc_routes
+            .iter()
+            .map(|(k, s)| item("GRPCRoute", &k.name, Some(&k.namespace), s));
+        classes
+            .chain(gateways)
+            .chain(routes)
+            .chain(grpc_routes)
+            .collect()
     }
 
     /// Gives every condition a real `lastTransitionTime`: the previous one when the
@@ -114,8 +124,17 @@ impl Statuses {
                 stamp(l.conditions.iter_mut(), prev_l.unwrap_or_default(), now);
             }
         }
-        for (key, s) in &mut self.http_routes {
-            let prev = previous.http_routes.get(key).map(|p| &p.status);
+        let routes = self
+            .http_routes
+            .iter_mut()
+            .map(|(k, s)| (s, previous.http_routes.get(k)))
+            .chain(
+                self.grpc_routes
+                    .iter_mut()
+                    .map(|(k, s)| (s, previous.grpc_routes.get(k))),
+            );
+        for (s, prev) in routes {
+            let prev = prev.map(|p| &p.status);
             for parent in &mut s.status.parents {
                 let prev_p = prev
                     .and_then(|p| p.parents.iter().find(|x| x.parent_ref == parent.parent_ref))

@@ -54,6 +54,8 @@ pub enum Object {
     /// The typed Gateway and the fields its type lacks.
     Gateway(Box<Gateway>, GatewayExt),
     HttpRoute(Box<HttpRoute>),
+    /// A GRPCRoute in its HTTPRoute form (see `grpc_route`).
+    GrpcRoute(Box<HttpRoute>),
     ReferenceGrant(Box<ReferenceGrant>),
     Secret(Box<Secret>),
     Service(Box<Service>),
@@ -67,6 +69,7 @@ impl Object {
             Object::GatewayClass(o) => &o.metadata,
             Object::Gateway(o, _) => &o.metadata,
             Object::HttpRoute(o) => &o.metadata,
+            Object::GrpcRoute(o) => &o.metadata,
             Object::ReferenceGrant(o) => &o.metadata,
             Object::Secret(o) => &o.metadata,
             Object::Service(o) => &o.metadata,
@@ -80,6 +83,7 @@ impl Object {
             Object::GatewayClass(_) => "GatewayClass",
             Object::Gateway(..) => "Gateway",
             Object::HttpRoute(_) => "HTTPRoute",
+            Object::GrpcRoute(_) => "GRPCRoute",
             Object::ReferenceGrant(_) => "ReferenceGrant",
             Object::Secret(_) => "Secret",
             Object::Service(_) => "Service",
@@ -96,6 +100,8 @@ pub struct Store {
     /// Per Gateway, what its typed form can't hold (see `gateway_ext`).
     pub gateway_ext: BTreeMap<ObjectKey, GatewayExt>,
     pub http_routes: BTreeMap<ObjectKey, HttpRoute>,
+    /// GRPCRoutes, in their HTTPRoute form.
+    pub grpc_routes: BTreeMap<ObjectKey, HttpRoute>,
     pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
     pub secrets: BTreeMap<ObjectKey, Secret>,
     pub services: BTreeMap<ObjectKey, Service>,
@@ -134,6 +140,10 @@ impl Store {
             Object::HttpRoute(mut o) => {
                 let key = defaulted(&mut o.metadata);
                 self.http_routes.insert(key, *o);
+            }
+            Object::GrpcRoute(mut o) => {
+                let key = defaulted(&mut o.metadata);
+                self.grpc_routes.insert(key, *o);
             }
             Object::ReferenceGrant(mut o) => {
                 let key = defaulted(&mut o.metadata);

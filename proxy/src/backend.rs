@@ -37,7 +37,7 @@ impl Serialize for Endpoint {
 }
 
 /// How the proxy speaks to a backend's endpoints.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub enum UpstreamProtocol {
     #[default]
     Http1,

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
+use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Service};
@@ -329,6 +330,30 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
             .map(String::as_str),
         Some("blue")
     );
+
+    // A GRPCRoute is watched, attached and given status like an HTTPRoute.
+    let grpc_api: Api<GrpcRoute> = Api::namespaced(client.clone(), "one");
+    apply(
+        &grpc_api,
+        "grpc",
+        json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GRPCRoute",
+        "metadata": {"name": "grpc", "namespace": "one"},
+        "spec": {"parentRefs": [{"name": "a", "sectionName": "alt"}],
+                 "rules": [{"matches": [{"method": {"service": "pkg.Svc", "method": "Get"}}]}]}}),
+    )
+    .await;
+    eventually("the GRPCRoute's status", || async {
+        let r = grpc_api.get("grpc").await.ok()?;
+        let parent = r.status?.parents.into_iter().next()?;
+        (parent.parent_ref.section_name.as_deref() == Some("alt")
+            && parent
+                .conditions
+                .iter()
+                .any(|c| c.type_ == "Accepted" && c.status == "True"))
+        .then_some(())
+    })
+    .await;
 
     // No load-balancer address yet: Programmed=False AddressNotAssigned.
     eventually("Programmed=False AddressNotAssigned", || async {

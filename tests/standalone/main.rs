@@ -10,6 +10,7 @@ mod common;
 mod cases;
 mod conflicts;
 mod gateways;
+mod grpc;
 mod https;
 mod limits;
 mod metrics;

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
+use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::{HttpRoute, HttpRouteStatusParents};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Patch, PatchParams};
@@ -148,8 +149,18 @@ impl StatusWriter {
                     ));
                 }
             }
-            for (key, s) in &desired.http_routes {
-                if let Some(obj) = store.http_routes.get(key) {
+            let routes = desired
+                .http_routes
+                .iter()
+                .map(|(k, s)| ("HTTPRoute", k, s, store.http_routes.get(k)))
+                .chain(
+                    desired
+                        .grpc_routes
+                        .iter()
+                        .map(|(k, s)| ("GRPCRoute", k, s, store.grpc_routes.get(k))),
+                );
+            for (kind, key, s, obj) in routes {
+                if let Some(obj) = obj {
                     let server: &[HttpRouteStatusParents] =
                         obj.status.as_ref().map_or(&[], |x| x.parents.as_slice());
                     let (mine, others): (Vec<_>, Vec<_>) = server
@@ -171,7 +182,7 @@ impl StatusWriter {
                     parents.truncate(MAX_PARENTS);
                     let status = json!({ "parents": parents });
                     out.push(self.plan(
-                        "HTTPRoute",
+                        kind,
                         key.clone(),
                         rv(&obj.metadata),
                         to_value(&ours),
@@ -267,6 +278,12 @@ impl StatusWriter {
             }
             "Gateway" => {
                 Api::<Gateway>::namespaced(self.client.clone(), &w.key.namespace)
+                    .patch_status(&w.key.name, &params, &patch)
+                    .await?
+                    .metadata
+            }
+            "GRPCRoute" => {
+                Api::<GrpcRoute>::namespaced(self.client.clone(), &w.key.namespace)
                     .patch_status(&w.key.name, &params, &patch)
                     .await?
                     .metadata

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use futures::StreamExt;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
+use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
@@ -25,6 +26,7 @@ use tokio::sync::Notify;
 
 use crate::Object;
 use crate::gateway_ext::GatewayExt;
+use crate::grpc_route::to_http_route;
 use crate::store::{ObjectKey, Store};
 
 /// The Store the watches fill, and how the reconcile loop learns of changes.
@@ -164,6 +166,26 @@ impl Kind for RawGateway {
 }
 
 namespaced!(HttpRoute, HttpRoute, http_routes);
+
+impl Kind for GrpcRoute {
+    fn object(self) -> Object {
+        match to_http_route(&self) {
+            Ok(r) => Object::GrpcRoute(Box::new(r)),
+            // Unreachable for an object that deserialized as a GRPCRoute; keep the
+            // route visible rather than drop it silently.
+            Err(e) => {
+                tracing::warn!(route = %ObjectKey::of(&self.metadata), error = %e, "cannot convert a GRPCRoute");
+                Object::GrpcRoute(Box::default())
+            }
+        }
+    }
+    fn clear(store: &mut Store) {
+        store.grpc_routes.clear();
+    }
+    fn remove(store: &mut Store, meta: &ObjectMeta) {
+        store.grpc_routes.remove(&ObjectKey::of(meta));
+    }
+}
 namespaced!(ReferenceGrant, ReferenceGrant, reference_grants);
 namespaced!(Service, Service, services);
 namespaced!(EndpointSlice, EndpointSlice, endpoint_slices);
@@ -173,10 +195,11 @@ namespaced!(Secret, Secret, secrets);
 /// by a field selector, so the cache never holds the cluster's other Secrets.
 pub fn spawn(client: &Client, shared: &Arc<Shared>) {
     let all = watcher::Config::default();
-    shared.pending.store(8, Ordering::Release);
+    shared.pending.store(9, Ordering::Release);
     start::<GatewayClass>(Api::all(client.clone()), all.clone(), shared);
     start::<RawGateway>(Api::all(client.clone()), all.clone(), shared);
     start::<HttpRoute>(Api::all(client.clone()), all.clone(), shared);
+    start::<GrpcRoute>(Api::all(client.clone()), all.clone(), shared);
     start::<ReferenceGrant>(Api::all(client.clone()), all.clone(), shared);
     start::<Service>(Api::all(client.clone()), all.clone(), shared);
     start::<EndpointSlice>(Api::all(client.clone()), all.clone(), shared);

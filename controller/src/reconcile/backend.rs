@@ -23,7 +23,7 @@ pub struct RefProblem {
 pub struct BackendResolver<'s> {
     store: &'s Store,
     slices: HashMap<ObjectKey, Vec<&'s EndpointSlice>>,
-    cache: BTreeMap<(ObjectKey, i32), Arc<Backend>>,
+    cache: BTreeMap<(ObjectKey, i32, UpstreamProtocol), Arc<Backend>>,
 }
 
 /// The fields of a backendRef, whatever route kind it came from.
@@ -106,9 +106,6 @@ impl<'s> BackendResolver<'s> {
                 message: format!("backendRef to Service {key} has no port"),
             });
         };
-        if let Some(b) = self.cache.get(&(key.clone(), port)) {
-            return Ok(Arc::clone(b));
-        }
         let service_port = service
             .spec
             .as_ref()
@@ -120,6 +117,18 @@ impl<'s> BackendResolver<'s> {
                 message: format!("Service {key} has no port {port}"),
             });
         };
+        // The spec's appProtocol values that change how the proxy talks to the backend;
+        // `kubernetes.io/ws` and the rest stay HTTP/1.1 (upgrades pass through anyway).
+        // gRPC exists only over HTTP/2, so GRPCRoute backends are h2c whatever the port
+        // says (TLS to backends comes with BackendTLSPolicy).
+        let protocol = match service_port.app_protocol.as_deref() {
+            Some("kubernetes.io/h2c") => UpstreamProtocol::H2c,
+            _ if from_kind == "GRPCRoute" => UpstreamProtocol::H2c,
+            _ => UpstreamProtocol::Http1,
+        };
+        if let Some(b) = self.cache.get(&(key.clone(), port, protocol)) {
+            return Ok(Arc::clone(b));
+        }
         let port_name = service_port.name.as_deref().unwrap_or("");
         let mut endpoints: Vec<SocketAddr> = Vec::new();
         for slice in self.slices.get(&key).into_iter().flatten() {
@@ -148,18 +157,13 @@ impl<'s> BackendResolver<'s> {
         }
         endpoints.sort();
         endpoints.dedup();
-        // The spec's appProtocol values that change how the proxy talks to the backend;
-        // `kubernetes.io/ws` and the rest stay HTTP/1.1 (upgrades pass through anyway).
-        let protocol = match service_port.app_protocol.as_deref() {
-            Some("kubernetes.io/h2c") => UpstreamProtocol::H2c,
-            _ => UpstreamProtocol::Http1,
-        };
         let backend = Arc::new(Backend::new(
             format!("{key}:{port}").into(),
             protocol,
             endpoints.into_iter().map(Endpoint::new).collect(),
         ));
-        self.cache.insert((key, port), Arc::clone(&backend));
+        self.cache
+            .insert((key, port, protocol), Arc::clone(&backend));
         Ok(backend)
     }
 }

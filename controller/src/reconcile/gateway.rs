@@ -103,8 +103,8 @@ fn selector_matches(
     labels_ok && exprs_ok
 }
 
-/// Route kinds an HTTP listener can carry.
-const HTTP_KINDS: &[&str] = &["HTTPRoute"];
+/// Route kinds an HTTP listener can carry (GRPCRoute: gRPC over h2c or TLS with ALPN h2).
+const HTTP_KINDS: &[&str] = &["HTTPRoute", "GRPCRoute"];
 
 /// Validates the listeners of one Gateway (in namespace `gateway_ns`).
 pub fn listeners<'g>(

@@ -147,16 +147,23 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
     };
 
     let mut resolver = backend::BackendResolver::new(store);
-    let routes: Vec<_> = store
-        .http_routes
-        .iter()
-        .map(|(k, r)| (route::compile(k.clone(), r, &mut resolver), r))
+    // HTTPRoutes and GRPCRoutes (in HTTPRoute form) share attachment and route tables.
+    let http = store.http_routes.iter().map(|(k, r)| (k, r, "HTTPRoute"));
+    let grpc = store.grpc_routes.iter().map(|(k, r)| (k, r, "GRPCRoute"));
+    let routes: Vec<_> = http
+        .chain(grpc)
+        .map(|(k, r, kind)| (route::compile(k.clone(), kind, r, &mut resolver), r))
         .collect();
     let route_parents = route::attach(store, &settings.controller_name, &routes, &mut models);
-    for ((model, _), (key, parents)) in routes.iter().zip(route_parents) {
+    for ((model, _), parents) in routes.iter().zip(route_parents) {
         if !parents.is_empty() {
-            statuses.http_routes.insert(
-                key,
+            let by_kind = if model.kind == "GRPCRoute" {
+                &mut statuses.grpc_routes
+            } else {
+                &mut statuses.http_routes
+            };
+            by_kind.insert(
+                model.key.clone(),
                 ObjectStatus {
                     generation: model.generation,
                     status: HttpRouteStatus { parents },

@@ -1,4 +1,6 @@
 //! HTTPRoute compilation (matches, backends) and attachment to Gateway listeners.
+//! GRPCRoutes arrive in their HTTPRoute form (see `grpc_route`) and take the same
+//! path under their own kind name.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,6 +29,8 @@ use crate::store::{ObjectKey, Store};
 /// An HTTPRoute as the data plane will need it, independent of its parents.
 pub struct RouteModel {
     pub key: ObjectKey,
+    /// `HTTPRoute` or `GRPCRoute`: what allowedRoutes, ReferenceGrants and status see.
+    pub kind: &'static str,
     pub created: i64,
     pub generation: i64,
     pub rules: Vec<RuleModel>,
@@ -65,10 +69,12 @@ pub struct RouteAttachment {
 
 pub fn compile(
     key: ObjectKey,
+    kind: &'static str,
     route: &HttpRoute,
     resolver: &mut BackendResolver<'_>,
 ) -> RouteModel {
     let mut model = RouteModel {
+        kind,
         created: route
             .metadata
             .creation_timestamp
@@ -101,7 +107,7 @@ pub fn compile(
         let filters = filters::compile(
             rule.filters.as_deref().unwrap_or_default(),
             prefix_only,
-            &mut mirror_resolver(resolver, &namespace, &mut mirror_problem),
+            &mut mirror_resolver(resolver, kind, &namespace, &mut mirror_problem),
         )
         .unwrap_or_else(|why| {
             invalid.get_or_insert(why);
@@ -116,14 +122,14 @@ pub fn compile(
                 namespace: b.namespace.as_deref(),
                 port: b.port,
             };
-            let target = resolver.resolve("HTTPRoute", &model.key.namespace, &spec);
+            let target = resolver.resolve(kind, &model.key.namespace, &spec);
             if let (Err(p), Ok(())) = (&target, &model.refs) {
                 model.refs = Err(p.clone());
             }
             let filters = filters::compile_backend(
                 b.filters.as_deref().unwrap_or_default(),
                 prefix_only,
-                &mut mirror_resolver(resolver, &namespace, &mut mirror_problem),
+                &mut mirror_resolver(resolver, kind, &namespace, &mut mirror_problem),
             )
             .unwrap_or_else(|why| {
                 invalid.get_or_insert(why);
@@ -157,12 +163,13 @@ pub fn compile(
 /// kept for ResolvedRefs, like any other backendRef's.
 fn mirror_resolver<'a>(
     resolver: &'a mut BackendResolver<'_>,
+    kind: &'static str,
     namespace: &'a str,
     problem: &'a mut Option<RefProblem>,
 ) -> impl FnMut(&BackendRefSpec<'_>) -> Option<Arc<Backend>> + 'a {
     move |spec| {
         resolver
-            .resolve("HTTPRoute", namespace, spec)
+            .resolve(kind, namespace, spec)
             .map_err(|p| *problem = Some(p))
             .ok()
     }
@@ -289,14 +296,15 @@ fn anchored(re: &str) -> Result<Regex, String> {
 }
 
 /// Attaches every route to the listeners its parentRefs select and returns the route
-/// statuses, one parent entry per parentRef that names one of our Gateways.
+/// statuses in `routes` order, one parent entry per parentRef that names one of our
+/// Gateways.
 pub fn attach(
     store: &Store,
     controller_name: &str,
     routes: &[(RouteModel, &HttpRoute)],
     gateways: &mut BTreeMap<ObjectKey, GatewayModel<'_>>,
-) -> BTreeMap<ObjectKey, Vec<HttpRouteStatusParents>> {
-    let mut statuses = BTreeMap::new();
+) -> Vec<Vec<HttpRouteStatusParents>> {
+    let mut statuses = Vec::with_capacity(routes.len());
     for (index, (model, route)) in routes.iter().enumerate() {
         let mut parents = Vec::new();
         for parent in route.spec.parent_refs.iter().flatten() {
@@ -336,7 +344,7 @@ pub fn attach(
                 },
             });
         }
-        statuses.insert(model.key.clone(), parents);
+        statuses.push(parents);
     }
     statuses
 }
@@ -378,7 +386,7 @@ fn attach_one(
     let gw_ns = gateway.key.namespace.clone();
     let allowed: Vec<usize> = selected
         .into_iter()
-        .filter(|&i| gateway.listeners[i].allows(store, &gw_ns, &model.key.namespace, "HTTPRoute"))
+        .filter(|&i| gateway.listeners[i].allows(store, &gw_ns, &model.key.namespace, model.kind))
         .collect();
     if allowed.is_empty() {
         return cond::not_accepted(
@@ -420,5 +428,5 @@ fn attach_one(
             "no listener hostname intersects the route's hostnames",
         );
     }
-    cond::accepted(generation, "HTTPRoute")
+    cond::accepted(generation, model.kind)
 }

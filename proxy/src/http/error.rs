@@ -61,6 +61,54 @@ impl ProxyError {
     pub fn into_response(self) -> Response<Body> {
         local_response(self.status(), self.body())
     }
+
+    /// The response for this error, as a gRPC client understands it when `grpc`: a
+    /// trailers-only answer (HTTP 200, `grpc-status`, `grpc-message`), since gRPC
+    /// clients read the status from there and report an HTTP error status only as an
+    /// opaque transport failure.
+    pub fn into_response_for(self, grpc: bool) -> Response<Body> {
+        if !grpc {
+            return self.into_response();
+        }
+        let mut resp = Response::new(Either::Right(Full::new(Bytes::new())));
+        let headers = resp.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/grpc"),
+        );
+        headers.insert(
+            "grpc-status",
+            header::HeaderValue::from_static(self.grpc_status()),
+        );
+        // The bodies are static ASCII text; grpc-message wants percent-encoding only
+        // for what these don't contain, so trimming the newline is enough.
+        if let Ok(v) = header::HeaderValue::from_str(self.body().trim_end()) {
+            headers.insert("grpc-message", v);
+        }
+        resp
+    }
+
+    /// gRPC status codes for what the proxy itself answers: the gRPC project's HTTP
+    /// mapping (404 UNIMPLEMENTED, 502/503 UNAVAILABLE, 400/500 INTERNAL), except that
+    /// the proxy's own timeout is DEADLINE_EXCEEDED, which is what happened.
+    fn grpc_status(&self) -> &'static str {
+        match self {
+            ProxyError::NoRoute => "12",
+            ProxyError::InvalidBackend | ProxyError::BadRequest(_) => "13",
+            ProxyError::NoEndpoints
+            | ProxyError::UpstreamConnect(_)
+            | ProxyError::Upstream(_)
+            | ProxyError::Misdirected => "14",
+            ProxyError::Timeout => "4",
+        }
+    }
+}
+
+/// Is this a gRPC request (`content-type: application/grpc[+proto|;...]`)?
+pub fn is_grpc<B>(req: &http::Request<B>) -> bool {
+    req.headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
 /// A response the proxy makes itself, from static text.

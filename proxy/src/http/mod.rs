@@ -120,6 +120,7 @@ pub async fn handle(
             .increment(1);
         return Ok(ProxyError::BadRequest(why).into_response());
     }
+    let grpc = error::is_grpc(&req);
     let routed = match route(&state, &conn, &req) {
         Ok(routed) => routed,
         Err(miss) => {
@@ -128,24 +129,27 @@ pub async fn handle(
                 RouteMiss::NoRoute(stats) => (ProxyError::NoRoute, Some(stats)),
                 RouteMiss::Misdirected(stats) => (ProxyError::Misdirected, Some(stats)),
             };
-            let resp = err.into_response();
             if let Some(stats) = stats {
-                stats.record(resp.status().as_u16(), started.elapsed());
+                stats.record(err.status().as_u16(), started.elapsed());
             }
-            return Ok(resp);
+            return Ok(err.into_response_for(grpc));
         }
     };
     let action = &routed.action;
-    let resp = match forward(&state, &conn, &routed, req).await {
-        Ok(resp) => resp,
+    // Stats count what happened in HTTP terms, also when a gRPC client is told in
+    // gRPC terms.
+    let (resp, status) = match forward(&state, &conn, &routed, req).await {
+        Ok(resp) => {
+            let status = resp.status();
+            (resp, status)
+        }
         Err(err) => {
             tracing::debug!(route = %action.route, error = %err, "request failed");
-            err.into_response()
+            let status = err.status();
+            (err.into_response_for(grpc), status)
         }
     };
-    action
-        .stats
-        .record(resp.status().as_u16(), started.elapsed());
+    action.stats.record(status.as_u16(), started.elapsed());
     Ok(resp)
 }
 
