@@ -88,6 +88,13 @@ pub struct RunArgs {
     #[arg(long, default_value = "0s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub drain_delay: Duration,
 
+    /// Proxies in front of the edge (a cloud load balancer is one) whose
+    /// x-forwarded-for entries are trusted: the upstream sees the last N entries the
+    /// client sent plus the client's address; the rest, which the client could have
+    /// invented, is dropped. 0: the edge faces clients directly.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub xff_trusted_hops: usize,
+
     /// Resident memory above which new requests get 503 + Retry-After and new
     /// connections are refused. Default: 90% of the cgroup memory limit, if any; 0 off.
     #[arg(long, value_name = "BYTES")]

@@ -9,6 +9,7 @@ mod common;
 
 mod cases;
 mod conflicts;
+mod forwarded;
 mod gateways;
 mod grpc;
 mod https;

@@ -45,20 +45,58 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// Appends the client address to `x-forwarded-for` and sets `x-forwarded-proto`.
-pub fn add_forwarded(headers: &mut HeaderMap, client_ip: &HeaderValue, proto: &'static str) {
-    let merged = match headers.get(&X_FORWARDED_FOR) {
-        Some(prev) if !prev.is_empty() => {
-            let mut v = Vec::with_capacity(prev.len() + 2 + client_ip.len());
-            v.extend_from_slice(prev.as_bytes());
+/// Sets `x-forwarded-for` and `x-forwarded-proto` for the upstream.
+///
+/// Only the last `trusted_hops` entries of the client's `x-forwarded-for` survive:
+/// those were appended by proxies in front of the edge that the operator vouches for
+/// (a cloud load balancer is one hop). Anything to their left came from the client
+/// and could say anything, so it is dropped, and the connection's peer is appended.
+/// With no trusted hops (the default: the edge faces clients directly) the upstream
+/// sees exactly one address, the peer's. `x-forwarded-proto` is kept from a trusted
+/// hop that set it to `http` or `https`, else it says how the client reached us.
+pub fn add_forwarded(
+    headers: &mut HeaderMap,
+    client_ip: &HeaderValue,
+    proto: &'static str,
+    trusted_hops: usize,
+) {
+    let kept = if trusted_hops == 0 {
+        None
+    } else {
+        trusted_tail(headers, trusted_hops)
+    };
+    let value = match kept {
+        Some(tail) if !tail.is_empty() => {
+            let mut v = Vec::with_capacity(tail.len() + 2 + client_ip.len());
+            v.extend_from_slice(tail.as_bytes());
             v.extend_from_slice(b", ");
             v.extend_from_slice(client_ip.as_bytes());
             HeaderValue::from_bytes(&v).ok()
         }
         _ => None,
     };
-    headers.insert(X_FORWARDED_FOR, merged.unwrap_or_else(|| client_ip.clone()));
-    headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    headers.insert(X_FORWARDED_FOR, value.unwrap_or_else(|| client_ip.clone()));
+    let trusted_proto = trusted_hops > 0
+        && headers
+            .get(&X_FORWARDED_PROTO)
+            .is_some_and(|p| p == "https" || p == "http");
+    if !trusted_proto {
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
+    }
+}
+
+/// The last `n` comma-separated entries of all `x-forwarded-for` values, joined.
+fn trusted_tail(headers: &HeaderMap, n: usize) -> Option<String> {
+    let entries: Vec<&str> = headers
+        .get_all(&X_FORWARDED_FOR)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .collect();
+    let start = entries.len().saturating_sub(n);
+    Some(entries.get(start..)?.join(", "))
 }
 
 #[cfg(test)]
@@ -79,14 +117,35 @@ mod tests {
     }
 
     #[test]
-    fn forwarded_for_appends_to_an_existing_chain() {
+    fn forwarded_for_keeps_only_trusted_hops() {
         let ip = HeaderValue::from_static("127.0.0.9");
-        let mut h = HeaderMap::new();
-        add_forwarded(&mut h, &ip, "http");
+        let spoofed = || {
+            let mut h = HeaderMap::new();
+            h.append(
+                X_FORWARDED_FOR,
+                HeaderValue::from_static("6.6.6.6, 10.0.0.1"),
+            );
+            h.append(X_FORWARDED_FOR, HeaderValue::from_static("10.0.0.2"));
+            h.insert(X_FORWARDED_PROTO, HeaderValue::from_static("https"));
+            h
+        };
+        let mut h = spoofed();
+        add_forwarded(&mut h, &ip, "http", 0);
         assert_eq!(h[&X_FORWARDED_FOR], "127.0.0.9");
-        h.insert(X_FORWARDED_FOR, HeaderValue::from_static("10.1.1.1"));
-        add_forwarded(&mut h, &ip, "http");
-        assert_eq!(h[&X_FORWARDED_FOR], "10.1.1.1, 127.0.0.9");
         assert_eq!(h[&X_FORWARDED_PROTO], "http");
+        let mut h = spoofed();
+        add_forwarded(&mut h, &ip, "http", 2);
+        assert_eq!(h[&X_FORWARDED_FOR], "10.0.0.1, 10.0.0.2, 127.0.0.9");
+        assert_eq!(h[&X_FORWARDED_PROTO], "https");
+        let mut h = spoofed();
+        add_forwarded(&mut h, &ip, "http", 9);
+        assert_eq!(
+            h[&X_FORWARDED_FOR],
+            "6.6.6.6, 10.0.0.1, 10.0.0.2, 127.0.0.9"
+        );
+        let mut h = HeaderMap::new();
+        add_forwarded(&mut h, &ip, "https", 1);
+        assert_eq!(h[&X_FORWARDED_FOR], "127.0.0.9");
+        assert_eq!(h[&X_FORWARDED_PROTO], "https");
     }
 }

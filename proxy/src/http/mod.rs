@@ -49,15 +49,18 @@ pub struct ProxyState {
     /// Set while the process is over its memory budget: new work is refused.
     pub shedding: AtomicBool,
     upstreams: Upstreams,
+    /// Proxies in front of the edge whose `x-forwarded-for` entries are trusted.
+    pub trusted_hops: usize,
 }
 
 impl ProxyState {
-    pub fn new(settings: &UpstreamSettings) -> Arc<Self> {
+    pub fn new(settings: &UpstreamSettings, trusted_hops: usize) -> Arc<Self> {
         Arc::new(Self {
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
             draining: AtomicBool::new(false),
             shedding: AtomicBool::new(false),
             upstreams: Upstreams::new(settings),
+            trusted_hops,
         })
     }
 
@@ -284,6 +287,7 @@ async fn forward(
             routed,
             backend_filters: &chosen.filters,
             client_ip: &conn.client_ip,
+            trusted_hops: state.trusted_hops,
         },
     )?;
     if !action.filters.mirrors.is_empty() {

@@ -14,6 +14,8 @@ pub struct Context<'a> {
     pub routed: &'a Routed,
     pub backend_filters: &'a Filters,
     pub client_ip: &'a HeaderValue,
+    /// Proxies in front of the edge whose `x-forwarded-for` entries are kept.
+    pub trusted_hops: usize,
 }
 
 /// Applies the filters and header rules; returns the path and query to send. The URI is
@@ -47,7 +49,12 @@ pub fn prepare(parts: &mut RequestParts, t: &Context<'_>) -> Result<PathAndQuery
         }
     }
     headers::strip_hop_by_hop(&mut parts.headers);
-    headers::add_forwarded(&mut parts.headers, t.client_ip, t.routed.scheme);
+    headers::add_forwarded(
+        &mut parts.headers,
+        t.client_ip,
+        t.routed.scheme,
+        t.trusted_hops,
+    );
     Ok(path_and_query)
 }
 
