@@ -115,6 +115,7 @@ fn decode(meta: &TypeMeta, doc: &str) -> Result<Option<Object>, serde_saphyr::Er
         ("gateway.networking.k8s.io", "ReferenceGrant") => Object::ReferenceGrant(typed(doc)?),
         ("", "Service") => Object::Service(typed(doc)?),
         ("", "Secret") => Object::Secret(typed(doc)?),
+        ("", "ConfigMap") => Object::ConfigMap(typed(doc)?),
         ("", "Namespace") => Object::Namespace(typed(doc)?),
         ("discovery.k8s.io", "EndpointSlice") => Object::EndpointSlice(typed(doc)?),
         _ => return Ok(None),
@@ -218,8 +219,8 @@ metadata:
 spec:
   controllerName: aether.io/edge
 ---
-apiVersion: v1
-kind: ConfigMap
+apiVersion: apps/v1
+kind: Deployment
 metadata:
   name: ignored
 ";

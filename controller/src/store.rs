@@ -8,7 +8,7 @@ use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::referencegrants::ReferenceGrant;
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -47,6 +47,9 @@ impl fmt::Display for ObjectKey {
 
 pub const DEFAULT_NAMESPACE: &str = "default";
 
+/// The ConfigMap key holding a PEM CA bundle, as the Gateway API names it.
+pub const CA_BUNDLE_KEY: &str = "ca.crt";
+
 /// One object of a kind the reconciler understands.
 #[derive(Debug, Clone)]
 pub enum Object {
@@ -58,6 +61,7 @@ pub enum Object {
     GrpcRoute(Box<HttpRoute>),
     ReferenceGrant(Box<ReferenceGrant>),
     Secret(Box<Secret>),
+    ConfigMap(Box<ConfigMap>),
     Service(Box<Service>),
     EndpointSlice(Box<EndpointSlice>),
     Namespace(Box<Namespace>),
@@ -72,6 +76,7 @@ impl Object {
             Object::GrpcRoute(o) => &o.metadata,
             Object::ReferenceGrant(o) => &o.metadata,
             Object::Secret(o) => &o.metadata,
+            Object::ConfigMap(o) => &o.metadata,
             Object::Service(o) => &o.metadata,
             Object::EndpointSlice(o) => &o.metadata,
             Object::Namespace(o) => &o.metadata,
@@ -86,6 +91,7 @@ impl Object {
             Object::GrpcRoute(_) => "GRPCRoute",
             Object::ReferenceGrant(_) => "ReferenceGrant",
             Object::Secret(_) => "Secret",
+            Object::ConfigMap(_) => "ConfigMap",
             Object::Service(_) => "Service",
             Object::EndpointSlice(_) => "EndpointSlice",
             Object::Namespace(_) => "Namespace",
@@ -104,6 +110,8 @@ pub struct Store {
     pub grpc_routes: BTreeMap<ObjectKey, HttpRoute>,
     pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
     pub secrets: BTreeMap<ObjectKey, Secret>,
+    /// ConfigMaps, holding only their `ca.crt` (frontend TLS validation CA bundles).
+    pub config_maps: BTreeMap<ObjectKey, ConfigMap>,
     pub services: BTreeMap<ObjectKey, Service>,
     pub endpoint_slices: BTreeMap<ObjectKey, EndpointSlice>,
     pub namespaces: BTreeMap<String, Namespace>,
@@ -152,6 +160,16 @@ impl Store {
             Object::Secret(mut o) => {
                 let key = defaulted(&mut o.metadata);
                 self.secrets.insert(key, *o);
+            }
+            Object::ConfigMap(mut o) => {
+                let key = defaulted(&mut o.metadata);
+                // Only CA bundles are ever read; the cluster's other ConfigMap data is
+                // not kept.
+                if let Some(data) = o.data.as_mut() {
+                    data.retain(|k, _| k == CA_BUNDLE_KEY);
+                }
+                o.binary_data = None;
+                self.config_maps.insert(key, *o);
             }
             Object::Service(mut o) => {
                 let key = defaulted(&mut o.metadata);

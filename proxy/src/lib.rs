@@ -6,6 +6,7 @@
 //! endpoint over a pooled upstream client.
 
 pub mod backend;
+pub mod client_auth;
 mod connection;
 pub mod cors;
 pub mod filters;

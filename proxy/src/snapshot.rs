@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::client_auth::ClientAuth;
 use crate::routing::RouteTable;
 use crate::telemetry::RouteStats;
 use crate::tls::TlsCerts;
@@ -47,6 +48,9 @@ pub struct Listener {
     /// Certificates by SNI when this socket terminates TLS.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsCerts>,
+    /// Client-certificate validation on this TLS socket (frontend validation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_auth: Option<Arc<ClientAuth>>,
     /// Counts requests that matched no route on this listener.
     #[serde(skip)]
     pub unrouted: RouteStats,
@@ -68,6 +72,7 @@ impl Listener {
             protocol: Protocol::Http,
             routes,
             tls: None,
+            client_auth: None,
             unrouted,
         }
     }
@@ -75,6 +80,12 @@ impl Listener {
     /// Sets the port clients see when it is not the bound one.
     pub fn with_public_port(mut self, port: u16) -> Self {
         self.port = port;
+        self
+    }
+
+    /// Makes this TLS socket validate client certificates.
+    pub fn with_client_auth(mut self, auth: Arc<ClientAuth>) -> Self {
+        self.client_auth = Some(auth);
         self
     }
 

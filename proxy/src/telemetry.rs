@@ -20,6 +20,8 @@ pub const OVERLOAD_ACTIVE: &str = "aether_overload_active";
 pub const OVERLOAD_SHED_TOTAL: &str = "aether_overload_shed_total";
 pub const MIRROR_REQUESTS_TOTAL: &str = "aether_mirror_requests_total";
 pub const MIRROR_SKIPPED_TOTAL: &str = "aether_mirror_skipped_total";
+pub const CLIENT_CERT_REJECTED_TOTAL: &str = "aether_client_cert_rejected_total";
+pub const CLIENT_CERT_FALLBACK_TOTAL: &str = "aether_client_cert_fallback_total";
 
 /// Buckets for request durations: 100 µs to 30 s.
 pub const DURATION_BUCKETS: &[f64] = &[

@@ -20,6 +20,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
+use crate::client_auth::SnapshotClientVerifier;
 use crate::hostmap::HostMap;
 use crate::http::ProxyState;
 
@@ -123,7 +124,10 @@ pub fn server_config(
 ) -> Result<Arc<ServerConfig>, rustls::Error> {
     let mut config = ServerConfig::builder_with_provider(Arc::new(provider::default_provider()))
         .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
+        .with_client_cert_verifier(Arc::new(SnapshotClientVerifier::new(
+            Arc::clone(&state),
+            local,
+        )))
         .with_cert_resolver(Arc::new(SnapshotResolver { state, local }));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))

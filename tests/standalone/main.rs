@@ -8,6 +8,7 @@
 mod common;
 
 mod cases;
+mod client_certs;
 mod conflicts;
 mod forwarded;
 mod gateways;

@@ -13,7 +13,7 @@ use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::referencegrants::ReferenceGrant;
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::NamespaceResourceScope;
@@ -190,12 +190,13 @@ namespaced!(ReferenceGrant, ReferenceGrant, reference_grants);
 namespaced!(Service, Service, services);
 namespaced!(EndpointSlice, EndpointSlice, endpoint_slices);
 namespaced!(Secret, Secret, secrets);
+namespaced!(ConfigMap, ConfigMap, config_maps);
 
 /// Starts one watch per kind, cluster-wide. Secrets are limited to `kubernetes.io/tls`
 /// by a field selector, so the cache never holds the cluster's other Secrets.
 pub fn spawn(client: &Client, shared: &Arc<Shared>) {
     let all = watcher::Config::default();
-    shared.pending.store(9, Ordering::Release);
+    shared.pending.store(10, Ordering::Release);
     start::<GatewayClass>(Api::all(client.clone()), all.clone(), shared);
     start::<RawGateway>(Api::all(client.clone()), all.clone(), shared);
     start::<HttpRoute>(Api::all(client.clone()), all.clone(), shared);
@@ -204,6 +205,9 @@ pub fn spawn(client: &Client, shared: &Arc<Shared>) {
     start::<Service>(Api::all(client.clone()), all.clone(), shared);
     start::<EndpointSlice>(Api::all(client.clone()), all.clone(), shared);
     start::<Namespace>(Api::all(client.clone()), all.clone(), shared);
+    // Every ConfigMap is listed (a CA bundle can't be told apart by a selector), but
+    // the Store keeps only their `ca.crt`.
+    start::<ConfigMap>(Api::all(client.clone()), all.clone(), shared);
     start::<Secret>(
         Api::all(client.clone()),
         all.fields("type=kubernetes.io/tls"),

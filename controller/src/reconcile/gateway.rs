@@ -10,10 +10,12 @@ use gateway_api::gateways::{
 
 use std::sync::Arc;
 
+use aether_proxy::client_auth::ClientAuth;
 use aether_proxy::tls::CertifiedKey;
 
 use super::address::AddressError;
 use super::certificates;
+use super::frontend_tls;
 use super::route::RouteAttachment;
 use crate::store::{ObjectKey, Store};
 
@@ -38,6 +40,8 @@ pub struct ListenerModel<'a> {
     pub attachments: Vec<RouteAttachment>,
     /// The certificate an HTTPS listener terminates with.
     pub certificate: Option<Arc<CertifiedKey>>,
+    /// Client-certificate validation on an HTTPS listener's port.
+    pub client_auth: Option<Arc<ClientAuth>>,
 }
 
 impl ListenerModel<'_> {
@@ -121,6 +125,23 @@ pub fn listeners<'g>(
             Ok(cert) => l.certificate = Some(cert),
             Err(problem) => l.refs = Err(problem),
         }
+        match frontend_tls::for_port(store, gateway_ns, gateway, l.spec.port) {
+            frontend_tls::Outcome::None => {}
+            frontend_tls::Outcome::Validate(auth, problem) => {
+                l.client_auth = Some(auth);
+                if let (Some(p), Ok(())) = (problem, &l.refs) {
+                    l.refs = Err(p);
+                }
+            }
+            // Failing closed: a port that must check client certificates and has no
+            // CA to check them against serves nothing.
+            frontend_tls::Outcome::NoValidCa(p) => {
+                l.accepted = Err(("NoValidCACertificate", p.1.clone()));
+                if l.refs.is_ok() {
+                    l.refs = Err(p);
+                }
+            }
+        }
     }
     // One socket speaks one protocol: a later listener on a port an earlier one holds
     // with another protocol is Conflicted.
@@ -177,6 +198,7 @@ fn validate(spec: &GatewayListeners) -> ListenerModel<'_> {
         supported_kinds: Vec::new(),
         attachments: Vec::new(),
         certificate: None,
+        client_auth: None,
     };
     if spec.protocol != "HTTP" && spec.protocol != "HTTPS" {
         model.accepted = Err((

@@ -7,6 +7,7 @@ mod certificates;
 pub mod conditions;
 pub mod edge_slices;
 mod filters;
+mod frontend_tls;
 mod gateway;
 pub mod hostname;
 pub mod ports;

@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use aether_proxy::backend::{BackendSet, BackendTarget, WeightedBackend};
+use aether_proxy::client_auth::ClientAuth;
 use aether_proxy::filters::Filters;
 use aether_proxy::routing::{RouteEntry, RouteOrder, RouteTableBuilder, RuleAction};
 use aether_proxy::telemetry::RouteStats;
@@ -39,6 +40,10 @@ pub fn snapshot(
                 plan.tls
                     .get_or_insert_with(TlsCerts::default)
                     .add(listener.spec.hostname.as_deref(), Arc::clone(cert));
+            }
+            // Validation is per port, so every HTTPS listener on it carries the same.
+            if let Some(auth) = &listener.client_auth {
+                plan.client_auth.get_or_insert_with(|| Arc::clone(auth));
             }
             let builder = &mut plan.routes;
             for att in &listener.attachments {
@@ -87,6 +92,9 @@ pub fn snapshot(
             .with_public_port(port);
             if let Some(certs) = plan.tls {
                 listener = listener.with_tls(certs);
+                if let Some(auth) = plan.client_auth {
+                    listener = listener.with_client_auth(auth);
+                }
             }
             snapshot.listeners.insert(addr, Arc::new(listener));
         }
@@ -98,6 +106,7 @@ pub fn snapshot(
 #[derive(Default)]
 struct PortPlan {
     sections: Vec<Arc<str>>,
+    client_auth: Option<Arc<ClientAuth>>,
     routes: RouteTableBuilder,
     /// Set when the port's listeners are HTTPS (a protocol conflict keeps them from
     /// mixing with HTTP ones).

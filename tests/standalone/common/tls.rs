@@ -15,6 +15,7 @@ use super::*;
 pub struct TestCa {
     issuer: Issuer<'static, KeyPair>,
     pub cert_der: CertificateDer<'static>,
+    pub cert_pem: String,
 }
 
 /// A server certificate and key, PEM-encoded as a `kubernetes.io/tls` Secret holds them.
@@ -33,6 +34,7 @@ impl TestCa {
         let cert = params.self_signed(&key)?;
         Ok(Self {
             cert_der: cert.der().clone(),
+            cert_pem: cert.pem(),
             issuer: Issuer::new(params, key),
         })
     }
@@ -40,6 +42,18 @@ impl TestCa {
     pub fn leaf(&self, names: &[&str]) -> Result<Leaf, BoxError> {
         let params =
             CertificateParams::new(names.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())?;
+        self.sign(params)
+    }
+
+    /// A client certificate (extended key usage clientAuth) for `name`.
+    pub fn client_leaf(&self, name: &str) -> Result<Leaf, BoxError> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        self.sign(params)
+    }
+
+    fn sign(&self, params: CertificateParams) -> Result<Leaf, BoxError> {
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok(Leaf {
@@ -74,14 +88,33 @@ pub async fn tls_connect(
     ca: &TestCa,
     alpn: &[&[u8]],
 ) -> Result<(TlsStream<TcpStream>, CertificateDer<'static>), BoxError> {
+    tls_connect_as(src, dst, sni, ca, alpn, None).await
+}
+
+/// Like [`tls_connect`], presenting `client` as the client certificate when given.
+pub async fn tls_connect_as(
+    src: IpAddr,
+    dst: SocketAddr,
+    sni: &str,
+    ca: &TestCa,
+    alpn: &[&[u8]],
+    client: Option<&Leaf>,
+) -> Result<(TlsStream<TcpStream>, CertificateDer<'static>), BoxError> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca.cert_der.clone())?;
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    .with_root_certificates(roots);
+    let mut config = match client {
+        None => builder.with_no_client_auth(),
+        Some(leaf) => {
+            use rustls::pki_types::pem::PemObject;
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes())?;
+            builder.with_client_auth_cert(vec![leaf.cert_der.clone()], key)?
+        }
+    };
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     let tcp = connect_from(src, dst).await?;
     let name = ServerName::try_from(sni.to_owned())?;
