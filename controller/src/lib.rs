@@ -5,6 +5,7 @@
 
 #[cfg(feature = "kubernetes")]
 pub mod kube;
+pub mod l4route;
 pub mod manifest;
 pub mod reconcile;
 pub mod status;

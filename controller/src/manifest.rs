@@ -96,6 +96,9 @@ fn decode(meta: &TypeMeta, doc: &str) -> Result<Option<Object>, serde_saphyr::Er
         ("gateway.networking.k8s.io", "Gateway") => Object::Gateway(typed(doc)?),
         ("gateway.networking.k8s.io", "HTTPRoute") => Object::HttpRoute(typed(doc)?),
         ("gateway.networking.k8s.io", "ReferenceGrant") => Object::ReferenceGrant(typed(doc)?),
+        ("gateway.networking.k8s.io", "TCPRoute" | "UDPRoute" | "TLSRoute") => {
+            Object::L4Route(typed(doc)?)
+        }
         ("", "Service") => Object::Service(typed(doc)?),
         ("", "Secret") => Object::Secret(typed(doc)?),
         ("", "Namespace") => Object::Namespace(typed(doc)?),

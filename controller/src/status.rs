@@ -12,6 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::l4route::L4Kind;
 use crate::reconcile::conditions as cond;
 use crate::store::ObjectKey;
 
@@ -26,6 +27,8 @@ pub struct Statuses {
     pub gateway_classes: BTreeMap<String, ObjectStatus<GatewayClassStatus>>,
     pub gateways: BTreeMap<ObjectKey, ObjectStatus<GatewayStatus>>,
     pub http_routes: BTreeMap<ObjectKey, ObjectStatus<HttpRouteStatus>>,
+    /// TCPRoutes, UDPRoutes and TLSRoutes; their status has HTTPRoute's shape.
+    pub l4_routes: BTreeMap<(L4Kind, ObjectKey), ObjectStatus<HttpRouteStatus>>,
 }
 
 const API_VERSION: &str = "gateway.networking.k8s.io/v1";
@@ -62,7 +65,11 @@ impl Statuses {
             .http_routes
             .iter()
             .map(|(k, s)| item("HTTPRoute", &k.name, Some(&k.namespace), s));
-        classes.chain(gateways).chain(routes).collect()
+        let l4 = self
+            .l4_routes
+            .iter()
+            .map(|((kind, k), s)| item(kind.as_str(), &k.name, Some(&k.namespace), s));
+        classes.chain(gateways).chain(routes).chain(l4).collect()
     }
 
     /// Gives every condition a real `lastTransitionTime`: the previous one when the
@@ -95,8 +102,16 @@ impl Statuses {
                 stamp(l.conditions.iter_mut(), prev_l.unwrap_or_default(), now);
             }
         }
-        for (key, s) in &mut self.http_routes {
-            let prev = previous.http_routes.get(key).map(|p| &p.status);
+        let http = self
+            .http_routes
+            .iter_mut()
+            .map(|(k, s)| (s, previous.http_routes.get(k)));
+        let l4 = self
+            .l4_routes
+            .iter_mut()
+            .map(|(k, s)| (s, previous.l4_routes.get(k)));
+        for (s, prev) in http.chain(l4) {
+            let prev = prev.map(|p| &p.status);
             for parent in &mut s.status.parents {
                 let prev_p = prev
                     .and_then(|p| p.parents.iter().find(|x| x.parent_ref == parent.parent_ref))

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
+use crate::l4::L4Routes;
 use crate::routing::RouteTable;
 use crate::telemetry::RouteStats;
 use crate::tls::TlsCerts;
@@ -21,6 +22,10 @@ pub struct Snapshot {
     /// One entry per socket the proxy binds. Several Gateway listeners that share an
     /// (address, port) share one socket and one route table.
     pub listeners: BTreeMap<SocketAddr, Arc<Listener>>,
+    /// UDP sockets (protocol `Udp`). Their own map: a TCP and a UDP listener may share
+    /// an address and port.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub udp: BTreeMap<SocketAddr, Arc<Listener>>,
 }
 
 impl Snapshot {
@@ -47,6 +52,9 @@ pub struct Listener {
     /// Certificates by SNI when this socket terminates TLS.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsCerts>,
+    /// What a TCP, UDP or TLS-passthrough socket forwards to (`routes` is then empty).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub l4: Option<Arc<L4Routes>>,
     /// Counts requests that matched no route on this listener.
     #[serde(skip)]
     pub unrouted: RouteStats,
@@ -68,8 +76,24 @@ impl Listener {
             protocol: Protocol::Http,
             routes,
             tls: None,
+            l4: None,
             unrouted,
         }
+    }
+
+    /// A socket that forwards connections or datagrams (`protocol` Tcp, Udp or
+    /// TlsPassthrough) instead of serving HTTP.
+    pub fn l4(
+        bind: SocketAddr,
+        gateway: Arc<str>,
+        sections: Vec<Arc<str>>,
+        protocol: Protocol,
+        routes: L4Routes,
+    ) -> Self {
+        let mut l = Self::new(bind, gateway, sections, RouteTable::default());
+        l.protocol = protocol;
+        l.l4 = Some(Arc::new(routes));
+        l
     }
 
     /// Sets the port clients see when it is not the bound one.
@@ -90,4 +114,10 @@ impl Listener {
 pub enum Protocol {
     Http,
     Https,
+    /// Bytes forwarded to the backends of the listener's TCPRoute.
+    Tcp,
+    /// Datagrams forwarded per client flow to the backends of the UDPRoute.
+    Udp,
+    /// TLS left untouched, routed by the ClientHello's SNI to TLSRoute backends.
+    TlsPassthrough,
 }

@@ -11,6 +11,8 @@ mod cases;
 mod conflicts;
 mod gateways;
 mod https;
+mod l4_tcp;
+mod l4_udp;
 mod limits;
 mod metrics;
 mod reload;

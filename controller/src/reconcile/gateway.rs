@@ -38,6 +38,8 @@ pub struct ListenerModel<'a> {
     pub attachments: Vec<RouteAttachment>,
     /// The certificate an HTTPS listener terminates with.
     pub certificate: Option<Arc<CertifiedKey>>,
+    /// TCPRoutes, UDPRoutes or TLSRoutes attached here (indexes into the L4 routes).
+    pub l4_attachments: Vec<RouteAttachment>,
 }
 
 impl ListenerModel<'_> {
@@ -50,6 +52,22 @@ impl ListenerModel<'_> {
 
     pub fn is_https(&self) -> bool {
         self.spec.protocol == "HTTPS"
+    }
+
+    /// Listeners that share a port conflict only on the same transport: a UDP listener
+    /// may share its port with a TCP-based one.
+    pub fn is_udp(&self) -> bool {
+        self.spec.protocol == "UDP"
+    }
+
+    /// Does this listener forward connections or datagrams rather than serve HTTP?
+    pub fn is_l4(&self) -> bool {
+        matches!(self.spec.protocol.as_str(), "TCP" | "UDP" | "TLS")
+    }
+
+    /// Routes attached here, of every kind.
+    pub fn attached_routes(&self) -> usize {
+        self.attachments.len() + self.l4_attachments.len()
     }
 
     pub fn port(&self) -> Option<u16> {
@@ -103,8 +121,16 @@ fn selector_matches(
     labels_ok && exprs_ok
 }
 
-/// Route kinds an HTTP listener can carry.
-const HTTP_KINDS: &[&str] = &["HTTPRoute"];
+/// Route kinds a listener of `protocol` can carry.
+fn protocol_kinds(protocol: &str) -> &'static [&'static str] {
+    match protocol {
+        "HTTP" | "HTTPS" => &["HTTPRoute"],
+        "TCP" => &["TCPRoute"],
+        "UDP" => &["UDPRoute"],
+        "TLS" => &["TLSRoute"],
+        _ => &[],
+    }
+}
 
 /// Validates the listeners of one Gateway (in namespace `gateway_ns`).
 pub fn listeners<'g>(
@@ -131,6 +157,7 @@ pub fn listeners<'g>(
         let clash = (0..i).find(|&j| {
             out[j].usable()
                 && out[j].spec.port == out[i].spec.port
+                && out[j].is_udp() == out[i].is_udp()
                 && out[j].spec.protocol != out[i].spec.protocol
         });
         if let Some(j) = clash {
@@ -154,6 +181,7 @@ pub fn listeners<'g>(
         let clash = (0..i).find(|&j| {
             out[j].usable()
                 && out[j].spec.port == out[i].spec.port
+                && out[j].is_udp() == out[i].is_udp()
                 && out[j].spec.hostname.as_deref().map(str::to_ascii_lowercase)
                     == out[i].spec.hostname.as_deref().map(str::to_ascii_lowercase)
         });
@@ -177,14 +205,24 @@ fn validate(spec: &GatewayListeners) -> ListenerModel<'_> {
         supported_kinds: Vec::new(),
         attachments: Vec::new(),
         certificate: None,
+        l4_attachments: Vec::new(),
     };
-    if spec.protocol != "HTTP" && spec.protocol != "HTTPS" {
+    let kinds = protocol_kinds(&spec.protocol);
+    if kinds.is_empty() {
         model.accepted = Err((
             "UnsupportedProtocol",
             format!(
-                "protocol {} is not supported yet; HTTP and HTTPS are",
+                "protocol {} is not supported; HTTP, HTTPS, TCP, UDP and TLS are",
                 spec.protocol
             ),
+        ));
+        return model;
+    }
+    if spec.protocol == "TLS" && !is_passthrough(spec) {
+        model.accepted = Err((
+            "UnsupportedValue",
+            "TLS listeners support tls.mode Passthrough only; terminate TLS with an HTTPS listener"
+                .to_owned(),
         ));
         return model;
     }
@@ -198,7 +236,7 @@ fn validate(spec: &GatewayListeners) -> ListenerModel<'_> {
     let requested = spec.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref());
     match requested {
         None => {
-            model.supported_kinds = HTTP_KINDS
+            model.supported_kinds = kinds
                 .iter()
                 .map(|k| GatewayStatusListenersSupportedKinds {
                     group: Some(GATEWAY_GROUP.to_owned()),
@@ -206,11 +244,11 @@ fn validate(spec: &GatewayListeners) -> ListenerModel<'_> {
                 })
                 .collect();
         }
-        Some(kinds) => {
+        Some(requested) => {
             let mut invalid = Vec::new();
-            for k in kinds {
+            for k in requested {
                 let group = k.group.as_deref().unwrap_or(GATEWAY_GROUP);
-                if group == GATEWAY_GROUP && HTTP_KINDS.contains(&k.kind.as_str()) {
+                if group == GATEWAY_GROUP && kinds.contains(&k.kind.as_str()) {
                     model
                         .supported_kinds
                         .push(GatewayStatusListenersSupportedKinds {
@@ -225,12 +263,21 @@ fn validate(spec: &GatewayListeners) -> ListenerModel<'_> {
                 model.refs = Err((
                     "InvalidRouteKinds",
                     format!(
-                        "route kinds {} are not supported on an HTTP listener",
-                        invalid.join(", ")
+                        "route kinds {} are not supported on a {} listener",
+                        invalid.join(", "),
+                        spec.protocol
                     ),
                 ));
             }
         }
     }
     model
+}
+
+fn is_passthrough(spec: &GatewayListeners) -> bool {
+    use gateway_api::gateways::GatewayListenersTlsMode;
+    spec.tls
+        .as_ref()
+        .and_then(|t| t.mode.as_ref())
+        .is_some_and(|m| *m == GatewayListenersTlsMode::Passthrough)
 }
