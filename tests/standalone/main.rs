@@ -19,4 +19,5 @@ mod reload;
 mod routing;
 mod shutdown;
 mod status;
+mod tls_passthrough;
 mod upgrade;
