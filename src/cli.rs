@@ -19,6 +19,8 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+// Parsed once at startup: the size difference between the variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Reconcile Gateway API manifests and serve them.
     Run(RunArgs),
@@ -37,6 +39,11 @@ pub struct RunArgs {
         value_name = "PATH"
     )]
     pub manifests: Vec<PathBuf>,
+
+    /// Standalone: keep the L4 routes' statuses (the ports port pools assigned) in this
+    /// file, so a restart gives every route the port it had.
+    #[arg(long, conflicts_with = "kubernetes", value_name = "FILE")]
+    pub port_state: Option<PathBuf>,
 
     /// Watch the cluster instead of files (in-cluster config, or the kubeconfig from
     /// KUBECONFIG / ~/.kube/config), write status, and give every Gateway a Service.

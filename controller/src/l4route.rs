@@ -8,6 +8,9 @@
 //! with the `v1` ApiResource.
 
 use gateway_api::httproutes::HttpRouteParentRefs;
+/// L4 route status has HTTPRoute's shape (parents: parentRef, controllerName,
+/// conditions).
+pub use gateway_api::httproutes::HttpRouteStatus as L4RouteStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 
@@ -47,6 +50,10 @@ pub struct L4Route {
     #[serde(default)]
     pub metadata: ObjectMeta,
     pub spec: L4RouteSpec,
+    /// The status as last written (Kubernetes) or published (standalone): port pools
+    /// read the ports routes already hold from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<L4RouteStatus>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -85,4 +92,17 @@ pub struct L4BackendRef {
     pub port: Option<i32>,
     #[serde(default)]
     pub weight: Option<i32>,
+}
+
+/// Gives each L4 route of `store` that carries no status of its own the status last
+/// published for it. Standalone mode has no API server to keep status, and port pools
+/// read the ports routes already hold from it (see `reconcile::portpool`).
+pub fn carry_status(store: &mut crate::Store, previous: &crate::Statuses) {
+    for (key, route) in &mut store.l4_routes {
+        if route.status.is_none()
+            && let Some(s) = previous.l4_routes.get(key)
+        {
+            route.status = Some(s.status.clone());
+        }
+    }
 }

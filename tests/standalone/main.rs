@@ -11,6 +11,7 @@ mod cases;
 mod conflicts;
 mod gateways;
 mod https;
+mod l4_pool;
 mod l4_tcp;
 mod l4_udp;
 mod limits;

@@ -40,6 +40,10 @@ pub struct ListenerModel<'a> {
     pub certificate: Option<Arc<CertifiedKey>>,
     /// TCPRoutes, UDPRoutes or TLSRoutes attached here (indexes into the L4 routes).
     pub l4_attachments: Vec<RouteAttachment>,
+    /// A port pool (issue 8): the range this TCP/UDP listener hands out, one port per
+    /// route, and the ports handed out (L4 route index -> port).
+    pub pool: Option<super::ports::PortRange>,
+    pub pool_ports: BTreeMap<usize, u16>,
 }
 
 impl ListenerModel<'_> {
@@ -193,6 +197,7 @@ pub fn listeners<'g>(
             out[i].conflict = Some(("HostnameConflict", msg));
         }
     }
+    super::portpool::validate(gateway, &mut out);
     out
 }
 
@@ -206,6 +211,8 @@ fn validate(spec: &GatewayListeners) -> ListenerModel<'_> {
         attachments: Vec::new(),
         certificate: None,
         l4_attachments: Vec::new(),
+        pool: None,
+        pool_ports: BTreeMap::new(),
     };
     let kinds = protocol_kinds(&spec.protocol);
     if kinds.is_empty() {

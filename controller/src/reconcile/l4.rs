@@ -162,7 +162,14 @@ fn attach_one(
                 .as_ref()
                 .is_none_or(|s| *s == l.spec.name)
         })
-        .filter(|(_, l)| parent.port.is_none_or(|p| p == l.spec.port))
+        .filter(|(_, l)| {
+            // On a port pool, parentRefs[].port asks for one port of the range.
+            parent.port.is_none_or(|p| {
+                p == l.spec.port
+                    || l.pool
+                        .is_some_and(|r| u16::try_from(p).is_ok_and(|p| r.contains(p)))
+            })
+        })
         .map(|(i, _)| i)
         .collect();
     if selected.is_empty() {

@@ -42,6 +42,33 @@ pub fn add_listeners(
                 "TLS" => Protocol::TlsPassthrough,
                 _ => Protocol::Tcp,
             };
+            if listener.pool.is_some() {
+                // A pool serves each assigned port, for its route alone. Kubernetes
+                // mode has no internal port for them yet, so pools are standalone-only.
+                if internal_ports.is_some() {
+                    continue;
+                }
+                for (&index, &p) in &listener.pool_ports {
+                    let Some((route, _)) = routes.get(index) else {
+                        continue;
+                    };
+                    let addr = SocketAddr::new(ip, p);
+                    let l = Listener::l4(
+                        addr,
+                        Arc::clone(&gateway),
+                        vec![listener.spec.name.as_str().into()],
+                        protocol,
+                        L4Routes::single(target(&gateway, route)),
+                    );
+                    let map = if listener.is_udp() {
+                        &mut snapshot.udp
+                    } else {
+                        &mut snapshot.listeners
+                    };
+                    map.insert(addr, Arc::new(l));
+                }
+                continue;
+            }
             let plan = plans
                 .entry((listener.is_udp(), port))
                 .or_insert_with(|| Plan {

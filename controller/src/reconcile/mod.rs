@@ -10,6 +10,7 @@ mod gateway;
 pub mod hostname;
 mod l4;
 mod l4_translate;
+pub mod portpool;
 pub mod ports;
 mod route;
 pub mod services;
@@ -171,6 +172,7 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
         .map(|((kind, k), r)| (l4::compile(*kind, k.clone(), r, &mut resolver), r))
         .collect();
     statuses.l4_routes = l4::attach(store, &settings.controller_name, &l4_routes, &mut models);
+    portpool::apply(&mut models, &l4_routes, &mut statuses.l4_routes);
 
     let internal = plan.as_ref().map(|p| &p.ports);
     let mut snapshot = translate::snapshot(&models, &routes, internal);

@@ -1,0 +1,150 @@
+use std::collections::BTreeMap;
+
+use super::*;
+
+/// xorshift64*: a small deterministic generator, so a failure replays exactly.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        usize::try_from(self.next() % n as u64).unwrap_or(0)
+    }
+}
+
+const RANGE: PortRange = PortRange {
+    first: 30000,
+    last: 30015,
+};
+
+/// Route `i` of a universe: a stable identity, an age, and for some a port request.
+fn candidate(i: usize, previous: Option<u16>) -> Candidate {
+    let requested = (i % 7 == 3).then(|| RANGE.first + u16::try_from(i % 16).unwrap_or(0));
+    Candidate {
+        route: i,
+        order: (
+            i64::try_from(i * 37 % 11).unwrap_or(0),
+            if i % 2 == 0 { L4Kind::Tcp } else { L4Kind::Udp },
+            ObjectKey::new("ns", format!("r{i}")),
+        ),
+        requested,
+        previous,
+    }
+}
+
+#[test]
+fn random_additions_and_removals_never_share_or_move_a_port() {
+    for seed in 1..=200u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let mut present: Vec<usize> = Vec::new();
+        let mut held: BTreeMap<usize, u16> = BTreeMap::new();
+        for step in 0..60 {
+            if present.is_empty() || rng.below(3) != 0 {
+                let i = rng.below(40);
+                if !present.contains(&i) {
+                    present.push(i);
+                }
+            } else {
+                let gone = present.swap_remove(rng.below(present.len()));
+                held.remove(&gone);
+            }
+            let candidates: Vec<Candidate> = present
+                .iter()
+                .map(|&i| candidate(i, held.get(&i).copied()))
+                .collect();
+            let out = assign(RANGE, &candidates);
+            let mut seen: BTreeMap<u16, usize> = BTreeMap::new();
+            for (&route, result) in &out {
+                let Ok(port) = result else {
+                    assert!(
+                        !held.contains_key(&route),
+                        "seed {seed} step {step}: r{route} lost its port {:?}",
+                        held.get(&route)
+                    );
+                    continue;
+                };
+                assert!(
+                    RANGE.contains(*port),
+                    "seed {seed}: {port} outside the range"
+                );
+                if let Some(other) = seen.insert(*port, route) {
+                    panic!("seed {seed} step {step}: r{route} and r{other} share port {port}");
+                }
+                if let Some(before) = held.get(&route) {
+                    assert_eq!(before, port, "seed {seed} step {step}: r{route} moved");
+                }
+            }
+            held = out
+                .into_iter()
+                .filter_map(|(r, p)| Some((r, p.ok()?)))
+                .collect();
+        }
+    }
+}
+
+#[test]
+fn without_history_the_same_set_gets_the_same_ports_in_any_order() {
+    let mut rng = Rng(42);
+    for _ in 0..100 {
+        let mut set: Vec<Candidate> = (0..rng.below(20) + 1)
+            .map(|_| candidate(rng.below(40), None))
+            .collect();
+        set.sort_by_key(|c| c.route);
+        set.dedup_by_key(|c| c.route);
+        let a = assign(RANGE, &set);
+        set.reverse();
+        let b = assign(RANGE, &set);
+        assert_eq!(a, b);
+    }
+}
+
+#[test]
+fn requests_full_pools_and_ranges_give_clear_reasons() {
+    let range = PortRange {
+        first: 40000,
+        last: 40001,
+    };
+    let mk = |i: usize, requested: Option<u16>, previous: Option<u16>| Candidate {
+        route: i,
+        order: (
+            i64::try_from(i).unwrap_or(0),
+            L4Kind::Tcp,
+            ObjectKey::new("ns", format!("r{i}")),
+        ),
+        requested,
+        previous,
+    };
+    let out = assign(
+        range,
+        &[
+            mk(0, None, Some(40001)),
+            mk(1, Some(40001), None),
+            mk(2, Some(50000), None),
+            mk(3, None, None),
+            mk(4, None, None),
+        ],
+    );
+    assert_eq!(out[&0], Ok(40001), "a held port is kept");
+    let reason = |r: &Result<u16, PoolProblem>| r.as_ref().err().map(|e| e.1.clone());
+    assert!(
+        reason(&out[&1]).is_some_and(|m| m.contains("already assigned to TCPRoute ns/r0")),
+        "{:?}",
+        out[&1]
+    );
+    assert!(
+        reason(&out[&2]).is_some_and(|m| m.contains("outside")),
+        "{:?}",
+        out[&2]
+    );
+    assert_eq!(out[&3], Ok(40000));
+    assert!(
+        reason(&out[&4]).is_some_and(|m| m.contains("every port")),
+        "{:?}",
+        out[&4]
+    );
+}
