@@ -128,7 +128,11 @@ impl Statuses {
     /// Records sockets that could not be bound on the listeners they belong to.
     pub fn mark_bind_failures(&mut self, snapshot: &Snapshot, failures: &[BindFailure]) {
         for f in failures {
-            let Some(listener) = snapshot.listener(&f.addr) else {
+            // UDP sockets have their own map; a TCP socket at the same address wins.
+            let Some(listener) = snapshot
+                .listener(&f.addr)
+                .or_else(|| snapshot.udp.get(&f.addr).map(AsRef::as_ref))
+            else {
                 continue;
             };
             let Some((ns, name)) = listener.gateway.split_once('/') else {

@@ -148,3 +148,67 @@ fn requests_full_pools_and_ranges_give_clear_reasons() {
         out[&4]
     );
 }
+
+/// Bad pools get listener conditions; the rest of the Gateway serves.
+#[test]
+fn invalid_pools_are_listener_conditions() {
+    use crate::{Settings, Store, manifest, reconcile};
+    let yaml = r#"apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: aether}
+spec: {controllerName: aether.io/edge}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: gw
+  namespace: ns
+  annotations:
+    aether.io/port-range.good: "30000-30009"
+    aether.io/port-range.reversed: "30100-30000"
+    aether.io/port-range.huge: "40000-50000"
+    aether.io/port-range.outside: "31000-31009"
+    aether.io/port-range.http: "32000-32009"
+    aether.io/port-range.overlap: "30005-30020"
+spec:
+  gatewayClassName: aether
+  listeners:
+  - {name: good, port: 30000, protocol: TCP}
+  - {name: reversed, port: 30100, protocol: TCP}
+  - {name: huge, port: 40000, protocol: UDP}
+  - {name: outside, port: 30500, protocol: TCP}
+  - {name: http, port: 32000, protocol: HTTP}
+  - {name: overlap, port: 30010, protocol: TCP}
+  - {name: plain, port: 8080, protocol: HTTP}
+"#;
+    let parsed = manifest::parse(std::path::Path::new("t.yaml"), yaml);
+    assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+    let settings = Settings {
+        controller_name: "aether.io/edge".into(),
+        address_pool: "127.0.1.0/24".parse().unwrap_or_else(|e| panic!("{e}")),
+    };
+    let out = reconcile(&Store::from_objects(parsed.objects), &settings);
+    let gw = &out.statuses.gateways[&ObjectKey::new("ns", "gw")];
+    let listeners = gw.status.listeners.as_deref().unwrap_or_default();
+    let accepted = |name: &str| {
+        let l = listeners
+            .iter()
+            .find(|l| l.name == name)
+            .unwrap_or_else(|| panic!("no listener {name}"));
+        let c = l
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Accepted")
+            .unwrap_or_else(|| panic!("no Accepted on {name}"));
+        (c.status.clone(), c.reason.clone())
+    };
+    let ok = ("True".to_owned(), "Accepted".to_owned());
+    let bad = |reason: &str| ("False".to_owned(), reason.to_owned());
+    assert_eq!(accepted("good"), ok);
+    assert_eq!(accepted("plain"), ok);
+    assert_eq!(accepted("reversed"), bad("UnsupportedValue"));
+    assert_eq!(accepted("huge"), bad("UnsupportedValue"));
+    assert_eq!(accepted("outside"), bad("UnsupportedValue"));
+    assert_eq!(accepted("http"), bad("UnsupportedValue"));
+    assert_eq!(accepted("overlap"), bad("PortUnavailable"));
+}
