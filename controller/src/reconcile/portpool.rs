@@ -290,8 +290,13 @@ fn previous_port(route: &L4Route, gw: &ObjectKey, listener: &str, range: PortRan
         let ours = r.name == gw.name
             && r.namespace.as_deref().is_none_or(|n| n == gw.namespace)
             && r.section_name.as_deref().is_none_or(|s| s == listener);
+        // A refused request echoes its port too; only an accepted parent holds one.
+        let held = p
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Accepted" && c.status == "True");
         let port = u16::try_from(r.port?).ok()?;
-        (ours && range.contains(port)).then_some(port)
+        (ours && held && range.contains(port)).then_some(port)
     })
 }
 

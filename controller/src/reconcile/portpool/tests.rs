@@ -212,3 +212,30 @@ spec:
     assert_eq!(accepted("http"), bad("UnsupportedValue"));
     assert_eq!(accepted("overlap"), bad("PortUnavailable"));
 }
+
+/// A refused request's status echoes the port it asked for; that is not a held port.
+#[test]
+fn only_accepted_parents_hold_a_port() {
+    let route = |accepted: &str| -> L4Route {
+        let yaml = format!(
+            r#"kind: TCPRoute
+metadata: {{name: r, namespace: ns}}
+spec:
+  parentRefs: [{{name: gw, sectionName: pool, port: 30001}}]
+status:
+  parents:
+  - parentRef: {{name: gw, namespace: ns, sectionName: pool, port: 30001}}
+    controllerName: aether.io/edge
+    conditions:
+    - {{type: Accepted, status: "{accepted}", reason: X, message: "", lastTransitionTime: "2026-01-01T00:00:00Z"}}
+"#
+        );
+        serde_saphyr::from_str(&yaml).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let gw = ObjectKey::new("ns", "gw");
+    assert_eq!(
+        previous_port(&route("True"), &gw, "pool", RANGE),
+        Some(30001)
+    );
+    assert_eq!(previous_port(&route("False"), &gw, "pool", RANGE), None);
+}
