@@ -77,10 +77,16 @@ async fn run_files(
 ) -> anyhow::Result<()> {
     let (_watcher, mut changes) =
         files::watch(&args.manifests, SETTLE).context("cannot watch the manifests")?;
+    let seed = match &args.port_state {
+        Some(path) => crate::portstate::load(path)?,
+        None => aether_controller::Statuses::default(),
+    };
     let mut control = Control {
         source: FileSource::new(args.manifests.clone()),
         settings,
         publisher,
+        port_state: args.port_state.clone().map(|p| (p, String::new())),
+        seed,
     };
     control.reload().await?;
 
@@ -127,6 +133,10 @@ struct Control<'p> {
     source: FileSource,
     settings: Settings,
     publisher: &'p mut Publisher,
+    /// `--port-state`: the file and what was last written to it.
+    port_state: Option<(std::path::PathBuf, String)>,
+    /// L4 route statuses from the port state file, used until the first publish.
+    seed: aether_controller::Statuses,
 }
 
 impl Control<'_> {
@@ -134,9 +144,14 @@ impl Control<'_> {
     async fn reload(&mut self) -> anyhow::Result<()> {
         let mut source = std::mem::replace(&mut self.source, FileSource::new(Vec::new()));
         let settings = self.settings.clone();
+        let mut previous = self.publisher.statuses().clone();
+        if previous.l4_routes.is_empty() {
+            previous.l4_routes = std::mem::take(&mut self.seed.l4_routes);
+        }
         // Reading files and reconciling are blocking work; keep them off the async workers.
         let (source, outcome, errors) = tokio::task::spawn_blocking(move || {
-            let loaded = source.load();
+            let mut loaded = source.load();
+            aether_controller::l4route::carry_status(&mut loaded.store, &previous);
             let outcome = reconcile(&loaded.store, &settings);
             (source, outcome, loaded.errors)
         })
@@ -144,6 +159,13 @@ impl Control<'_> {
         .context("reconcile task failed")?;
         self.source = source;
         self.publisher.outcome(outcome, errors);
+        if let Some((path, written)) = &mut self.port_state {
+            let text = crate::portstate::render(self.publisher.statuses());
+            if *written != text {
+                crate::portstate::save(path, &text)?;
+                *written = text;
+            }
+        }
         Ok(())
     }
 }

@@ -19,6 +19,8 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+// Parsed once at startup: the size difference between the variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Reconcile Gateway API manifests and serve them.
     Run(Box<RunArgs>),
@@ -37,6 +39,11 @@ pub struct RunArgs {
         value_name = "PATH"
     )]
     pub manifests: Vec<PathBuf>,
+
+    /// Standalone: keep the L4 routes' statuses (the ports port pools assigned) in this
+    /// file, so a restart gives every route the port it had.
+    #[arg(long, conflicts_with = "kubernetes", value_name = "FILE")]
+    pub port_state: Option<PathBuf>,
 
     /// Watch the cluster instead of files (in-cluster config, or the kubeconfig from
     /// KUBECONFIG / ~/.kube/config), write status, and give every Gateway a Service.
@@ -130,6 +137,18 @@ pub struct LimitArgs {
     /// Connections across all listeners.
     #[arg(long, default_value_t = 50_000, value_name = "N")]
     pub max_connections: usize,
+
+    /// A UDP flow (one client address) ends after this long without a datagram.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub udp_idle_timeout: Duration,
+
+    /// UDP flows per UDP listener; datagrams that would open more are dropped.
+    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    pub udp_max_flows: usize,
+
+    /// UDP flows per client IP address on one listener.
+    #[arg(long, default_value_t = 256, value_name = "N")]
+    pub udp_max_flows_per_source: usize,
 }
 
 impl LimitArgs {
@@ -141,6 +160,11 @@ impl LimitArgs {
             max_concurrent_streams: self.max_concurrent_streams,
             max_connections_per_listener: self.max_connections_per_listener,
             max_connections: self.max_connections,
+            udp: aether_proxy::l4::udp::UdpSettings {
+                idle_timeout: self.udp_idle_timeout,
+                max_flows: self.udp_max_flows,
+                max_flows_per_source: self.udp_max_flows_per_source,
+            },
             ..aether_proxy::Limits::default()
         }
     }

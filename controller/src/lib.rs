@@ -7,6 +7,7 @@ pub mod gateway_ext;
 pub mod grpc_route;
 #[cfg(feature = "kubernetes")]
 pub mod kube;
+pub mod l4route;
 pub mod manifest;
 pub mod reconcile;
 pub mod status;

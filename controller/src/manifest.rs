@@ -113,6 +113,9 @@ fn decode(meta: &TypeMeta, doc: &str) -> Result<Option<Object>, serde_saphyr::Er
             }
         }
         ("gateway.networking.k8s.io", "ReferenceGrant") => Object::ReferenceGrant(typed(doc)?),
+        ("gateway.networking.k8s.io", "TCPRoute" | "UDPRoute" | "TLSRoute") => {
+            Object::L4Route(typed(doc)?)
+        }
         ("", "Service") => Object::Service(typed(doc)?),
         ("", "Secret") => Object::Secret(typed(doc)?),
         ("", "ConfigMap") => Object::ConfigMap(typed(doc)?),

@@ -12,6 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use crate::l4route::L4Kind;
 use crate::reconcile::conditions as cond;
 use crate::store::ObjectKey;
 
@@ -31,6 +32,8 @@ pub struct Statuses {
     /// GEP-5093: the routability of each Gateway `status.addresses` entry, index for
     /// index (the typed status has no field for it; writers add it).
     pub address_routability: BTreeMap<ObjectKey, Vec<String>>,
+    /// TCPRoutes, UDPRoutes and TLSRoutes; their status has HTTPRoute's shape.
+    pub l4_routes: BTreeMap<(L4Kind, ObjectKey), ObjectStatus<HttpRouteStatus>>,
 }
 
 /// Adds `routability` to each entry of a serialized status's `addresses`.
@@ -87,10 +90,15 @@ impl Statuses {
             .grpc_routes
             .iter()
             .map(|(k, s)| item("GRPCRoute", &k.name, Some(&k.namespace), s));
+        let l4 = self
+            .l4_routes
+            .iter()
+            .map(|((kind, k), s)| item(kind.as_str(), &k.name, Some(&k.namespace), s));
         classes
             .chain(gateways)
             .chain(routes)
             .chain(grpc_routes)
+            .chain(l4)
             .collect()
     }
 
@@ -124,16 +132,19 @@ impl Statuses {
                 stamp(l.conditions.iter_mut(), prev_l.unwrap_or_default(), now);
             }
         }
-        let routes = self
+        let http = self
             .http_routes
             .iter_mut()
-            .map(|(k, s)| (s, previous.http_routes.get(k)))
-            .chain(
-                self.grpc_routes
-                    .iter_mut()
-                    .map(|(k, s)| (s, previous.grpc_routes.get(k))),
-            );
-        for (s, prev) in routes {
+            .map(|(k, s)| (s, previous.http_routes.get(k)));
+        let grpc = self
+            .grpc_routes
+            .iter_mut()
+            .map(|(k, s)| (s, previous.grpc_routes.get(k)));
+        let l4 = self
+            .l4_routes
+            .iter_mut()
+            .map(|(k, s)| (s, previous.l4_routes.get(k)));
+        for (s, prev) in http.chain(grpc).chain(l4) {
             let prev = prev.map(|p| &p.status);
             for parent in &mut s.status.parents {
                 let prev_p = prev
@@ -151,7 +162,11 @@ impl Statuses {
     /// Records sockets that could not be bound on the listeners they belong to.
     pub fn mark_bind_failures(&mut self, snapshot: &Snapshot, failures: &[BindFailure]) {
         for f in failures {
-            let Some(listener) = snapshot.listener(&f.addr) else {
+            // UDP sockets have their own map; a TCP socket at the same address wins.
+            let Some(listener) = snapshot
+                .listener(&f.addr)
+                .or_else(|| snapshot.udp.get(&f.addr).map(AsRef::as_ref))
+            else {
                 continue;
             };
             let Some((ns, name)) = listener.gateway.split_once('/') else {

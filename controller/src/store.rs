@@ -13,6 +13,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::gateway_ext::GatewayExt;
+use crate::l4route::{L4Kind, L4Route};
 
 /// `namespace/name` of a namespaced object.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -65,6 +66,8 @@ pub enum Object {
     Service(Box<Service>),
     EndpointSlice(Box<EndpointSlice>),
     Namespace(Box<Namespace>),
+    /// TCPRoute, UDPRoute or TLSRoute.
+    L4Route(Box<L4Route>),
 }
 
 impl Object {
@@ -80,6 +83,7 @@ impl Object {
             Object::Service(o) => &o.metadata,
             Object::EndpointSlice(o) => &o.metadata,
             Object::Namespace(o) => &o.metadata,
+            Object::L4Route(o) => &o.metadata,
         }
     }
 
@@ -95,6 +99,7 @@ impl Object {
             Object::Service(_) => "Service",
             Object::EndpointSlice(_) => "EndpointSlice",
             Object::Namespace(_) => "Namespace",
+            Object::L4Route(o) => o.kind.as_str(),
         }
     }
 }
@@ -115,6 +120,8 @@ pub struct Store {
     pub services: BTreeMap<ObjectKey, Service>,
     pub endpoint_slices: BTreeMap<ObjectKey, EndpointSlice>,
     pub namespaces: BTreeMap<String, Namespace>,
+    /// TCPRoutes, UDPRoutes and TLSRoutes, by kind then `namespace/name`.
+    pub l4_routes: BTreeMap<(L4Kind, ObjectKey), L4Route>,
 }
 
 impl Store {
@@ -182,6 +189,10 @@ impl Store {
             Object::Namespace(o) => {
                 let name = o.metadata.name.clone().unwrap_or_default();
                 self.namespaces.insert(name, *o);
+            }
+            Object::L4Route(mut o) => {
+                let key = defaulted(&mut o.metadata);
+                self.l4_routes.insert((o.kind, key), *o);
             }
         }
     }

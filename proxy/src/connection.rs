@@ -43,14 +43,20 @@ impl Connections {
         tokio::spawn(async move {
             let _slot = slot;
             this.active.increment(1.0);
-            let terminates_tls = this
-                .state
-                .snapshot
-                .load()
-                .listener(&this.local)
-                .is_some_and(|l| l.tls.is_some());
+            let (terminates_tls, l4) = {
+                let snapshot = this.state.snapshot.load();
+                let listener = snapshot.listener(&this.local);
+                (
+                    listener.is_some_and(|l| l.tls.is_some()),
+                    listener.and_then(|l| Some((l.protocol, Arc::clone(l.l4.as_ref()?)))),
+                )
+            };
             let info = ConnInfo::new(this.local, peer);
-            if terminates_tls {
+            if let Some((protocol, routes)) = l4 {
+                // Held while bytes flow, so a removed listener's drain waits for it.
+                let _watcher = watcher;
+                crate::l4::serve_stream(stream, peer, protocol, &routes, &this.force_close).await;
+            } else if terminates_tls {
                 let acceptor = TlsAcceptor::from(Arc::clone(&this.tls));
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                     Ok(Ok(tls)) => {

@@ -12,6 +12,7 @@ pub mod cors;
 pub mod filters;
 pub mod hostmap;
 pub mod http;
+pub mod l4;
 pub mod limits;
 pub mod listener;
 pub mod overload;

@@ -32,6 +32,8 @@ pub struct Limits {
     pub max_connections_per_listener: usize,
     /// Connections across all listeners.
     pub max_connections: usize,
+    /// Flow limits of UDP listeners.
+    pub udp: crate::l4::udp::UdpSettings,
 }
 
 impl Default for Limits {
@@ -45,6 +47,7 @@ impl Default for Limits {
             http2_keepalive: Duration::from_secs(30),
             max_connections_per_listener: 10_000,
             max_connections: 50_000,
+            udp: crate::l4::udp::UdpSettings::default(),
         }
     }
 }

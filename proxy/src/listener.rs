@@ -38,6 +38,8 @@ pub struct ListenerManager {
     /// Connection slots shared by every listener.
     total_slots: Arc<Semaphore>,
     running: HashMap<SocketAddr, Running>,
+    /// UDP sockets, apart: a UDP and a TCP listener may share an address.
+    running_udp: HashMap<SocketAddr, Running>,
 }
 
 const BACKLOG: i32 = 1024;
@@ -50,6 +52,7 @@ impl ListenerManager {
             total_slots: Arc::new(Semaphore::new(limits.max_connections)),
             limits: Arc::new(limits),
             running: HashMap::new(),
+            running_udp: HashMap::new(),
         }
     }
 
@@ -106,7 +109,50 @@ impl ListenerManager {
                 }
             }
         }
+        self.apply_udp(&snapshot, &mut failures);
         failures
+    }
+
+    /// Brings the UDP sockets in line with `snapshot`, like the TCP ones.
+    fn apply_udp(&mut self, snapshot: &Snapshot, failures: &mut Vec<BindFailure>) {
+        self.running_udp.retain(|addr, r| {
+            let keep = snapshot.udp.contains_key(addr);
+            if !keep {
+                tracing::info!(%addr, "UDP listener removed");
+                r.cancel.cancel();
+            }
+            keep
+        });
+        for addr in snapshot.udp.keys() {
+            if self.running_udp.contains_key(addr) {
+                continue;
+            }
+            match std::net::UdpSocket::bind(addr)
+                .and_then(|s| s.set_nonblocking(true).map(|()| s))
+                .and_then(tokio::net::UdpSocket::from_std)
+            {
+                Ok(socket) => {
+                    tracing::info!(%addr, "UDP listener bound");
+                    let cancel = CancellationToken::new();
+                    let task = tokio::spawn(crate::l4::udp::serve(
+                        socket,
+                        *addr,
+                        Arc::clone(&self.state),
+                        self.limits.udp,
+                        cancel.clone(),
+                    ));
+                    self.running_udp.insert(*addr, Running { cancel, task });
+                }
+                Err(e) => {
+                    metrics::counter!(telemetry::LISTENER_BIND_ERRORS_TOTAL).increment(1);
+                    tracing::error!(%addr, error = %e, "cannot bind UDP listener");
+                    failures.push(BindFailure {
+                        addr: *addr,
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        }
     }
 
     /// The addresses currently bound.
@@ -122,7 +168,10 @@ impl ListenerManager {
         for r in self.running.values() {
             r.cancel.cancel();
         }
-        for (addr, r) in self.running.drain() {
+        for r in self.running_udp.values() {
+            r.cancel.cancel();
+        }
+        for (addr, r) in self.running.drain().chain(self.running_udp.drain()) {
             if let Err(e) = r.task.await {
                 tracing::warn!(%addr, error = %e, "listener task ended abnormally");
             }

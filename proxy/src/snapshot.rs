@@ -10,6 +10,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use crate::client_auth::ClientAuth;
+use crate::l4::L4Routes;
 use crate::routing::RouteTable;
 use crate::telemetry::RouteStats;
 use crate::tls::TlsCerts;
@@ -22,6 +23,10 @@ pub struct Snapshot {
     /// One entry per socket the proxy binds. Several Gateway listeners that share an
     /// (address, port) share one socket and one route table.
     pub listeners: BTreeMap<SocketAddr, Arc<Listener>>,
+    /// UDP sockets (protocol `Udp`). Their own map: a TCP and a UDP listener may share
+    /// an address and port.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub udp: BTreeMap<SocketAddr, Arc<Listener>>,
 }
 
 impl Snapshot {
@@ -51,6 +56,9 @@ pub struct Listener {
     /// Client-certificate validation on this TLS socket (frontend validation).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_auth: Option<Arc<ClientAuth>>,
+    /// What a TCP, UDP or TLS-passthrough socket forwards to (`routes` is then empty).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub l4: Option<Arc<L4Routes>>,
     /// Counts requests that matched no route on this listener.
     #[serde(skip)]
     pub unrouted: RouteStats,
@@ -73,8 +81,24 @@ impl Listener {
             routes,
             tls: None,
             client_auth: None,
+            l4: None,
             unrouted,
         }
+    }
+
+    /// A socket that forwards connections or datagrams (`protocol` Tcp, Udp or
+    /// TlsPassthrough) instead of serving HTTP.
+    pub fn l4(
+        bind: SocketAddr,
+        gateway: Arc<str>,
+        sections: Vec<Arc<str>>,
+        protocol: Protocol,
+        routes: L4Routes,
+    ) -> Self {
+        let mut l = Self::new(bind, gateway, sections, RouteTable::default());
+        l.protocol = protocol;
+        l.l4 = Some(Arc::new(routes));
+        l
     }
 
     /// Sets the port clients see when it is not the bound one.
@@ -101,4 +125,10 @@ impl Listener {
 pub enum Protocol {
     Http,
     Https,
+    /// Bytes forwarded to the backends of the listener's TCPRoute.
+    Tcp,
+    /// Datagrams forwarded per client flow to the backends of the UDPRoute.
+    Udp,
+    /// TLS left untouched, routed by the ClientHello's SNI to TLSRoute backends.
+    TlsPassthrough,
 }

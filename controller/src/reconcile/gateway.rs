@@ -42,6 +42,12 @@ pub struct ListenerModel<'a> {
     pub certificate: Option<Arc<CertifiedKey>>,
     /// Client-certificate validation on an HTTPS listener's port.
     pub client_auth: Option<Arc<ClientAuth>>,
+    /// TCPRoutes, UDPRoutes or TLSRoutes attached here (indexes into the L4 routes).
+    pub l4_attachments: Vec<RouteAttachment>,
+    /// A port pool (issue 8): the range this TCP/UDP listener hands out, one port per
+    /// route, and the ports handed out (L4 route index -> port).
+    pub pool: Option<super::ports::PortRange>,
+    pub pool_ports: BTreeMap<usize, u16>,
 }
 
 impl ListenerModel<'_> {
@@ -54,6 +60,22 @@ impl ListenerModel<'_> {
 
     pub fn is_https(&self) -> bool {
         self.spec.protocol == "HTTPS"
+    }
+
+    /// Listeners that share a port conflict only on the same transport: a UDP listener
+    /// may share its port with a TCP-based one.
+    pub fn is_udp(&self) -> bool {
+        self.spec.protocol == "UDP"
+    }
+
+    /// Does this listener forward connections or datagrams rather than serve HTTP?
+    pub fn is_l4(&self) -> bool {
+        matches!(self.spec.protocol.as_str(), "TCP" | "UDP" | "TLS")
+    }
+
+    /// Routes attached here, of every kind.
+    pub fn attached_routes(&self) -> usize {
+        self.attachments.len() + self.l4_attachments.len()
     }
 
     pub fn port(&self) -> Option<u16> {
@@ -107,8 +129,17 @@ fn selector_matches(
     labels_ok && exprs_ok
 }
 
-/// Route kinds an HTTP listener can carry (GRPCRoute: gRPC over h2c or TLS with ALPN h2).
-const HTTP_KINDS: &[&str] = &["HTTPRoute", "GRPCRoute"];
+/// Route kinds a listener of `protocol` can carry.
+fn protocol_kinds(protocol: &str) -> &'static [&'static str] {
+    match protocol {
+        // GRPCRoute: gRPC over h2c, or TLS with ALPN h2.
+        "HTTP" | "HTTPS" => &["HTTPRoute", "GRPCRoute"],
+        "TCP" => &["TCPRoute"],
+        "UDP" => &["UDPRoute"],
+        "TLS" => &["TLSRoute"],
+        _ => &[],
+    }
+}
 
 /// Validates the listeners of one Gateway (in namespace `gateway_ns`).
 pub fn listeners<'g>(
@@ -152,6 +183,7 @@ pub fn listeners<'g>(
         let clash = (0..i).find(|&j| {
             out[j].usable()
                 && out[j].spec.port == out[i].spec.port
+                && out[j].is_udp() == out[i].is_udp()
                 && out[j].spec.protocol != out[i].spec.protocol
         });
         if let Some(j) = clash {
@@ -175,6 +207,7 @@ pub fn listeners<'g>(
         let clash = (0..i).find(|&j| {
             out[j].usable()
                 && out[j].spec.port == out[i].spec.port
+                && out[j].is_udp() == out[i].is_udp()
                 && out[j].spec.hostname.as_deref().map(str::to_ascii_lowercase)
                     == out[i].spec.hostname.as_deref().map(str::to_ascii_lowercase)
         });
@@ -186,6 +219,7 @@ pub fn listeners<'g>(
             out[i].conflict = Some(("HostnameConflict", msg));
         }
     }
+    super::portpool::validate(gateway, &mut out);
     out
 }
 
@@ -199,14 +233,26 @@ fn validate(spec: &GatewayListeners) -> ListenerModel<'_> {
         attachments: Vec::new(),
         certificate: None,
         client_auth: None,
+        l4_attachments: Vec::new(),
+        pool: None,
+        pool_ports: BTreeMap::new(),
     };
-    if spec.protocol != "HTTP" && spec.protocol != "HTTPS" {
+    let kinds = protocol_kinds(&spec.protocol);
+    if kinds.is_empty() {
         model.accepted = Err((
             "UnsupportedProtocol",
             format!(
-                "protocol {} is not supported yet; HTTP and HTTPS are",
+                "protocol {} is not supported; HTTP, HTTPS, TCP, UDP and TLS are",
                 spec.protocol
             ),
+        ));
+        return model;
+    }
+    if spec.protocol == "TLS" && !is_passthrough(spec) {
+        model.accepted = Err((
+            "UnsupportedValue",
+            "TLS listeners support tls.mode Passthrough only; terminate TLS with an HTTPS listener"
+                .to_owned(),
         ));
         return model;
     }
@@ -220,7 +266,7 @@ fn validate(spec: &GatewayListeners) -> ListenerModel<'_> {
     let requested = spec.allowed_routes.as_ref().and_then(|a| a.kinds.as_ref());
     match requested {
         None => {
-            model.supported_kinds = HTTP_KINDS
+            model.supported_kinds = kinds
                 .iter()
                 .map(|k| GatewayStatusListenersSupportedKinds {
                     group: Some(GATEWAY_GROUP.to_owned()),
@@ -228,11 +274,11 @@ fn validate(spec: &GatewayListeners) -> ListenerModel<'_> {
                 })
                 .collect();
         }
-        Some(kinds) => {
+        Some(requested) => {
             let mut invalid = Vec::new();
-            for k in kinds {
+            for k in requested {
                 let group = k.group.as_deref().unwrap_or(GATEWAY_GROUP);
-                if group == GATEWAY_GROUP && HTTP_KINDS.contains(&k.kind.as_str()) {
+                if group == GATEWAY_GROUP && kinds.contains(&k.kind.as_str()) {
                     model
                         .supported_kinds
                         .push(GatewayStatusListenersSupportedKinds {
@@ -247,12 +293,21 @@ fn validate(spec: &GatewayListeners) -> ListenerModel<'_> {
                 model.refs = Err((
                     "InvalidRouteKinds",
                     format!(
-                        "route kinds {} are not supported on an HTTP listener",
-                        invalid.join(", ")
+                        "route kinds {} are not supported on a {} listener",
+                        invalid.join(", "),
+                        spec.protocol
                     ),
                 ));
             }
         }
     }
     model
+}
+
+fn is_passthrough(spec: &GatewayListeners) -> bool {
+    use gateway_api::gateways::GatewayListenersTlsMode;
+    spec.tls
+        .as_ref()
+        .and_then(|t| t.mode.as_ref())
+        .is_some_and(|m| *m == GatewayListenersTlsMode::Passthrough)
 }

@@ -10,6 +10,9 @@ mod filters;
 mod frontend_tls;
 mod gateway;
 pub mod hostname;
+mod l4;
+mod l4_translate;
+pub mod portpool;
 pub mod ports;
 pub mod routability;
 mod route;
@@ -173,7 +176,17 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
         }
     }
 
-    let snapshot = translate::snapshot(&models, &routes, plan.as_ref().map(|p| &p.ports));
+    let l4_routes: Vec<_> = store
+        .l4_routes
+        .iter()
+        .map(|((kind, k), r)| (l4::compile(*kind, k.clone(), r, &mut resolver), r))
+        .collect();
+    statuses.l4_routes = l4::attach(store, &settings.controller_name, &l4_routes, &mut models);
+    portpool::apply(&mut models, &l4_routes, &mut statuses.l4_routes);
+
+    let internal = plan.as_ref().map(|p| &p.ports);
+    let mut snapshot = translate::snapshot(&models, &routes, internal);
+    l4_translate::add_listeners(&mut snapshot, &models, &l4_routes, internal);
     for model in models.values() {
         let mut status = gateway_status(model);
         if let Some(plan) = &plan {
@@ -246,7 +259,7 @@ fn gateway_status(m: &GatewayModel<'_>) -> GatewayStatus {
                 )
             };
             GatewayStatusListeners {
-                attached_routes: i32::try_from(l.attachments.len()).unwrap_or(i32::MAX),
+                attached_routes: i32::try_from(l.attached_routes()).unwrap_or(i32::MAX),
                 conditions: vec![accepted, conflicted, refs, programmed],
                 name: l.spec.name.clone(),
                 supported_kinds: Some(l.supported_kinds.clone()),

@@ -181,7 +181,7 @@ pub fn allocate(range: PortRange, requests: &[PortRequest]) -> Allocation {
 }
 
 /// FNV-1a: stable across Rust releases and platforms, unlike std's `DefaultHasher`.
-fn stable_hash(s: &str) -> usize {
+pub(crate) fn stable_hash(s: &str) -> usize {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in s.bytes() {
         h ^= u64::from(b);

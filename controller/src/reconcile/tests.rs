@@ -21,7 +21,7 @@ spec:
   gatewayClassName: aether
   listeners:
   - {name: http, port: 8080, protocol: HTTP, hostname: "*.example.com", allowedRoutes: {namespaces: {from: All}}}
-  - {name: tcp, port: 9000, protocol: TCP}
+  - {name: sctp, port: 9000, protocol: SCTP}
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: Gateway

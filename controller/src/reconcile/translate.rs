@@ -30,7 +30,7 @@ pub fn snapshot(
         // hostname already scopes the entries it contributes.
         let mut ports: BTreeMap<u16, PortPlan> = BTreeMap::new();
         let mut actions: HashMap<usize, Vec<Arc<RuleAction>>> = HashMap::new();
-        for listener in model.listeners.iter().filter(|l| l.usable()) {
+        for listener in model.listeners.iter().filter(|l| l.usable() && !l.is_l4()) {
             let Some(port) = listener.port() else {
                 continue;
             };

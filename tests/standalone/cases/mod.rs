@@ -74,6 +74,8 @@ pub const KNOWN_FEATURES: &[&str] = &[
     "ListenerSet",
     "GRPCRoute",
     "TLSRoute",
+    "TCPRoute",
+    "UDPRoute",
 ];
 
 // ---------------------------------------------------------------------------------------

@@ -1,0 +1,144 @@
+//! Translation of TCP, UDP and TLS-passthrough listeners into the proxy's L4 sockets.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use aether_proxy::backend::{BackendSet, BackendTarget, WeightedBackend};
+use aether_proxy::filters::Filters;
+use aether_proxy::l4::{L4Routes, L4Target};
+use aether_proxy::{Listener, Protocol, Snapshot};
+
+use super::gateway::GatewayModel;
+use super::l4::L4RouteModel;
+use crate::l4route::L4Route;
+use crate::store::ObjectKey;
+
+/// What the L4 listeners sharing one (transport, port) contribute to its socket.
+struct Plan {
+    protocol: Protocol,
+    sections: Vec<Arc<str>>,
+    /// (route index, hostname) in listener order.
+    entries: Vec<(usize, Option<String>)>,
+}
+
+/// Adds every usable L4 listener of `gateways` to `snapshot`.
+pub fn add_listeners(
+    snapshot: &mut Snapshot,
+    gateways: &BTreeMap<ObjectKey, GatewayModel<'_>>,
+    routes: &[(L4RouteModel, &L4Route)],
+    internal_ports: Option<&BTreeMap<ObjectKey, BTreeMap<u16, u16>>>,
+) {
+    for model in gateways.values() {
+        let Ok(ip) = model.address else { continue };
+        let gateway: Arc<str> = model.key.to_string().into();
+        let mut plans: BTreeMap<(bool, u16), Plan> = BTreeMap::new();
+        for listener in model.listeners.iter().filter(|l| l.usable() && l.is_l4()) {
+            let Some(port) = listener.port() else {
+                continue;
+            };
+            let protocol = match listener.spec.protocol.as_str() {
+                "UDP" => Protocol::Udp,
+                "TLS" => Protocol::TlsPassthrough,
+                _ => Protocol::Tcp,
+            };
+            if listener.pool.is_some() {
+                // A pool serves each assigned port, for its route alone. Kubernetes
+                // mode has no internal port for them yet, so pools are standalone-only.
+                if internal_ports.is_some() {
+                    continue;
+                }
+                for (&index, &p) in &listener.pool_ports {
+                    let Some((route, _)) = routes.get(index) else {
+                        continue;
+                    };
+                    let addr = SocketAddr::new(ip, p);
+                    let l = Listener::l4(
+                        addr,
+                        Arc::clone(&gateway),
+                        vec![listener.spec.name.as_str().into()],
+                        protocol,
+                        L4Routes::single(target(&gateway, route)),
+                    );
+                    let map = if listener.is_udp() {
+                        &mut snapshot.udp
+                    } else {
+                        &mut snapshot.listeners
+                    };
+                    map.insert(addr, Arc::new(l));
+                }
+                continue;
+            }
+            let plan = plans
+                .entry((listener.is_udp(), port))
+                .or_insert_with(|| Plan {
+                    protocol,
+                    sections: Vec::new(),
+                    entries: Vec::new(),
+                });
+            plan.sections.push(listener.spec.name.as_str().into());
+            for att in &listener.l4_attachments {
+                for host in &att.hostnames {
+                    plan.entries.push((att.route, host.clone()));
+                }
+            }
+        }
+        let mut targets: BTreeMap<usize, Arc<L4Target>> = BTreeMap::new();
+        for ((udp, port), mut plan) in plans {
+            let bind = match internal_ports {
+                None => Some(port),
+                Some(all) => all.get(&model.key).and_then(|m| m.get(&port)).copied(),
+            };
+            let Some(bind) = bind else { continue };
+            // Oldest route first: it keeps a contested hostname (or the whole socket).
+            plan.entries.sort_by(|a, b| {
+                let (ra, rb) = (&routes[a.0].0, &routes[b.0].0);
+                (ra.created, &ra.key).cmp(&(rb.created, &rb.key))
+            });
+            let mut l4 = L4Routes::default();
+            for (index, host) in plan.entries {
+                let Some((route, _)) = routes.get(index) else {
+                    continue;
+                };
+                let target = targets
+                    .entry(index)
+                    .or_insert_with(|| Arc::new(target(&gateway, route)));
+                l4.add(host.as_deref(), Arc::clone(target));
+            }
+            let addr = SocketAddr::new(ip, bind);
+            let listener =
+                Listener::l4(addr, Arc::clone(&gateway), plan.sections, plan.protocol, l4)
+                    .with_public_port(port);
+            let map = if udp {
+                &mut snapshot.udp
+            } else {
+                &mut snapshot.listeners
+            };
+            map.insert(addr, Arc::new(listener));
+        }
+    }
+}
+
+fn target(gateway: &str, route: &L4RouteModel) -> L4Target {
+    let backends = route
+        .backends
+        .iter()
+        .map(|(weight, b)| WeightedBackend {
+            weight: *weight,
+            target: match b {
+                Ok(backend) => BackendTarget::Service(Arc::clone(backend)),
+                // The spec: a share of connections as large as an invalid backendRef's
+                // weight must be rejected.
+                Err(p) => BackendTarget::Invalid {
+                    reason: p.message.as_str().into(),
+                },
+            },
+            filters: Filters::default(),
+        })
+        .collect();
+    L4Target::new(
+        gateway,
+        route.key.to_string().into(),
+        BackendSet::new(backends),
+    )
+}

@@ -1,0 +1,153 @@
+//! Layer-4 forwarding: TCPRoute (bytes), UDPRoute (datagrams per client flow) and
+//! TLSRoute passthrough (bytes, routed by the ClientHello's SNI without terminating).
+//!
+//! An L4 socket carries an [`L4Routes`] instead of an HTTP route table; the HTTP path
+//! never looks at it.
+
+pub mod passthrough;
+pub mod sni;
+pub mod tcp;
+pub mod udp;
+
+use std::sync::Arc;
+
+use metrics::{Counter, counter};
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
+
+use crate::backend::BackendSet;
+use crate::hostmap::HostMap;
+
+pub const TCP_CONNECTIONS_TOTAL: &str = "aether_tcp_connections_total";
+pub const TCP_BYTES_TOTAL: &str = "aether_tcp_bytes_total";
+pub const TCP_REFUSED_TOTAL: &str = "aether_tcp_refused_total";
+pub const UDP_DATAGRAMS_TOTAL: &str = "aether_udp_datagrams_total";
+pub const UDP_FLOWS_TOTAL: &str = "aether_udp_flows_total";
+pub const UDP_FLOWS_ACTIVE: &str = "aether_udp_flows_active";
+pub const UDP_DROPPED_TOTAL: &str = "aether_udp_dropped_total";
+
+/// One route's backends on one L4 socket.
+#[derive(Debug, Serialize)]
+pub struct L4Target {
+    /// `namespace/name` of the route.
+    pub route: Arc<str>,
+    pub backends: BackendSet,
+    #[serde(skip)]
+    pub stats: L4Stats,
+}
+
+impl L4Target {
+    pub fn new(gateway: &str, route: Arc<str>, backends: BackendSet) -> Self {
+        let stats = L4Stats::new(gateway, &route);
+        Self {
+            route,
+            backends,
+            stats,
+        }
+    }
+}
+
+/// Counters of one route on one Gateway, registered when the Snapshot is built.
+#[derive(Clone)]
+pub struct L4Stats {
+    pub connections: Counter,
+    pub bytes_in: Counter,
+    pub bytes_out: Counter,
+    pub flows: Counter,
+    pub datagrams_in: Counter,
+    pub datagrams_out: Counter,
+}
+
+impl L4Stats {
+    fn new(gateway: &str, route: &str) -> Self {
+        let l = |name: &'static str| counter!(name, "gateway" => gateway.to_owned(), "route" => route.to_owned());
+        let d = |name: &'static str, direction: &'static str| counter!(name, "gateway" => gateway.to_owned(), "route" => route.to_owned(), "direction" => direction);
+        Self {
+            connections: l(TCP_CONNECTIONS_TOTAL),
+            // "in": client to backend; "out": backend to client.
+            bytes_in: d(TCP_BYTES_TOTAL, "in"),
+            bytes_out: d(TCP_BYTES_TOTAL, "out"),
+            flows: l(UDP_FLOWS_TOTAL),
+            datagrams_in: d(UDP_DATAGRAMS_TOTAL, "in"),
+            datagrams_out: d(UDP_DATAGRAMS_TOTAL, "out"),
+        }
+    }
+}
+
+impl std::fmt::Debug for L4Stats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("L4Stats")
+    }
+}
+
+/// Serves one accepted connection of a TCP or TLS-passthrough socket.
+pub async fn serve_stream(
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    protocol: crate::Protocol,
+    routes: &L4Routes,
+    force_close: &tokio_util::sync::CancellationToken,
+) {
+    if protocol == crate::Protocol::TlsPassthrough {
+        return passthrough::serve(stream, peer, routes, force_close).await;
+    }
+    match routes.lookup(None) {
+        Some(target) => tcp::forward(stream, peer, target, &[], force_close).await,
+        None => refused("no_route"),
+    }
+}
+
+/// Counts a connection or datagram the edge could not forward, by reason.
+pub fn refused(reason: &'static str) {
+    counter!(TCP_REFUSED_TOTAL, "reason" => reason).increment(1);
+}
+
+/// What an L4 socket forwards to: TCP and UDP sockets have one target (any host);
+/// TLS passthrough sockets pick by SNI with the spec's precedence (exact name, then
+/// the longest wildcard).
+#[derive(Debug, Default)]
+pub struct L4Routes {
+    targets: HostMap<Arc<L4Target>>,
+}
+
+impl L4Routes {
+    /// A socket with one target for every connection.
+    pub fn single(target: L4Target) -> Self {
+        let mut r = Self::default();
+        r.add(None, Arc::new(target));
+        r
+    }
+
+    /// Adds `target` for `hostname` (`None`: any); the first target for a name keeps it.
+    pub fn add(&mut self, hostname: Option<&str>, target: Arc<L4Target>) {
+        self.targets.insert_first(hostname, target);
+    }
+
+    /// The target for a server name (any-host target for `None`).
+    pub fn lookup(&self, server_name: Option<&str>) -> Option<&Arc<L4Target>> {
+        match server_name.map(|n| n.trim_end_matches('.')) {
+            Some(n) if n.bytes().any(|b| b.is_ascii_uppercase()) => {
+                self.targets.get(Some(&n.to_ascii_lowercase()))
+            }
+            n => self.targets.get(n),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.targets.is_empty()
+    }
+}
+
+impl Serialize for L4Routes {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let named = self.targets.named();
+        let mut m = s.serialize_map(Some(named.len() + 1))?;
+        for (name, t) in named {
+            m.serialize_entry(&name, t)?;
+        }
+        if let Some(any) = self.targets.any() {
+            m.serialize_entry("*", any)?;
+        }
+        m.end()
+    }
+}

@@ -1,0 +1,89 @@
+//! Forwarding one accepted TCP connection to a backend endpoint, byte for byte.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use super::{L4Target, refused};
+use crate::backend::Pick;
+use crate::telemetry;
+
+/// How long a backend may take to accept the connection.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Connects `client` to an endpoint of `target` and copies bytes both ways until both
+/// directions are closed. `first` holds bytes already read from the client (a peeked
+/// ClientHello) and is sent ahead of the rest. Half-close is passed on: when one side
+/// stops sending, the other side's write half is shut down and the opposite direction
+/// keeps flowing. A connection that can't be forwarded (no endpoint, connect failure)
+/// is reset, so the client sees a failure rather than an empty answer.
+pub async fn forward(
+    mut client: TcpStream,
+    peer: SocketAddr,
+    target: &L4Target,
+    first: &[u8],
+    force_close: &CancellationToken,
+) {
+    let (backend, endpoint) = match target.backends.pick() {
+        Pick::Endpoint(_, b, ep) => (b, ep.addr),
+        Pick::NoEndpoints(b) => {
+            tracing::debug!(%peer, backend = %b.name, "no ready endpoint");
+            refused("no_endpoints");
+            return reset(client);
+        }
+        Pick::Invalid => {
+            tracing::debug!(%peer, route = %target.route, "backendRef invalid");
+            refused("invalid_backend");
+            return reset(client);
+        }
+    };
+    let mut upstream =
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(endpoint)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::debug!(%peer, %endpoint, error = %e, "upstream connect failed");
+                telemetry::upstream_connect_errors(&backend.name).increment(1);
+                refused("connect_failed");
+                return reset(client);
+            }
+            Err(_) => {
+                tracing::debug!(%peer, %endpoint, "upstream connect timed out");
+                telemetry::upstream_connect_errors(&backend.name).increment(1);
+                refused("connect_timeout");
+                return reset(client);
+            }
+        };
+    if let Err(e) = upstream.set_nodelay(true) {
+        tracing::debug!(error = %e, "set_nodelay failed");
+    }
+    target.stats.connections.increment(1);
+    if !first.is_empty() {
+        if let Err(e) = upstream.write_all(first).await {
+            tracing::debug!(%peer, %endpoint, error = %e, "upstream write failed");
+            return reset(client);
+        }
+        target.stats.bytes_in.increment(first.len() as u64);
+    }
+    tokio::select! {
+        r = tokio::io::copy_bidirectional(&mut client, &mut upstream) => match r {
+            Ok((sent, received)) => {
+                target.stats.bytes_in.increment(sent);
+                target.stats.bytes_out.increment(received);
+                tracing::debug!(%peer, %endpoint, sent, received, "TCP connection closed");
+            }
+            Err(e) => tracing::debug!(%peer, %endpoint, error = %e, "TCP connection failed"),
+        },
+        () = force_close.cancelled() => tracing::debug!(%peer, "TCP connection closed at drain deadline"),
+    }
+}
+
+/// Closes with RST: linger 0 makes the kernel drop the connection instead of a FIN.
+fn reset(client: TcpStream) {
+    if let Err(e) = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO)) {
+        tracing::debug!(error = %e, "set_linger failed");
+    }
+    drop(client);
+}
