@@ -7,4 +7,5 @@ pub mod cli;
 pub mod echo;
 pub mod files;
 pub mod kubernetes;
+pub mod mesh;
 pub mod publish;

@@ -99,6 +99,7 @@ fn decode(meta: &TypeMeta, doc: &str) -> Result<Option<Object>, serde_saphyr::Er
         ("", "Service") => Object::Service(typed(doc)?),
         ("", "Secret") => Object::Secret(typed(doc)?),
         ("", "Namespace") => Object::Namespace(typed(doc)?),
+        ("", "Pod") => Object::Pod(typed(doc)?),
         ("discovery.k8s.io", "EndpointSlice") => Object::EndpointSlice(typed(doc)?),
         _ => return Ok(None),
     }))

@@ -19,6 +19,9 @@ use crate::filters::Filters;
 pub struct Endpoint {
     pub addr: SocketAddr,
     pub authority: Authority,
+    /// Mesh mode: `/ns/<ns>/sa/<serviceAccount>` of the pod behind this address (from
+    /// the EndpointSlice's targetRef); `None` when it is not known.
+    pub peer: Option<Arc<str>>,
 }
 
 impl Endpoint {
@@ -26,7 +29,17 @@ impl Endpoint {
         // A SocketAddr always renders as a valid authority.
         let authority = Authority::try_from(addr.to_string().as_str())
             .unwrap_or_else(|_| Authority::from_static("invalid.endpoint"));
-        Self { addr, authority }
+        Self {
+            addr,
+            authority,
+            peer: None,
+        }
+    }
+
+    /// The same endpoint, with its pod's workload identity path.
+    pub fn with_peer(mut self, peer: Option<Arc<str>>) -> Self {
+        self.peer = peer;
+        self
     }
 }
 
@@ -43,6 +56,9 @@ pub enum UpstreamProtocol {
     Http1,
     /// HTTP/2 with prior knowledge (Service `appProtocol: kubernetes.io/h2c`).
     H2c,
+    /// Mesh mode: mTLS HTTP/2 to the pod's inbound listener. Chosen by the proxy at
+    /// request time, never by the controller.
+    Mesh,
 }
 
 /// A resolved Service port: its ready endpoints and the round-robin cursor.
@@ -52,6 +68,9 @@ pub struct Backend {
     pub name: Arc<str>,
     pub protocol: UpstreamProtocol,
     pub endpoints: Vec<Endpoint>,
+    /// The Service opted out of mesh mode (`aether.io/mesh: disabled`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub mesh_disabled: bool,
     #[serde(skip)]
     cursor: AtomicUsize,
 }
@@ -62,8 +81,15 @@ impl Backend {
             name,
             protocol,
             endpoints,
+            mesh_disabled: false,
             cursor: AtomicUsize::new(0),
         }
+    }
+
+    /// Marks the Service as reached directly even in mesh mode.
+    pub fn with_mesh_disabled(mut self, disabled: bool) -> Self {
+        self.mesh_disabled = disabled;
+        self
     }
 
     /// The next endpoint in round-robin order, or `None` when the Service has no ready

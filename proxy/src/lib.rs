@@ -13,6 +13,7 @@ pub mod hostmap;
 pub mod http;
 pub mod limits;
 pub mod listener;
+pub mod mesh;
 pub mod overload;
 pub mod routing;
 pub mod snapshot;

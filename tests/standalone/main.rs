@@ -12,6 +12,7 @@ mod conflicts;
 mod gateways;
 mod https;
 mod limits;
+mod mesh;
 mod metrics;
 mod reload;
 mod routing;

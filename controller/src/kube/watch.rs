@@ -11,7 +11,7 @@ use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::referencegrants::ReferenceGrant;
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::WatchStreamExt;
@@ -108,12 +108,13 @@ namespaced!(ReferenceGrant, ReferenceGrant, reference_grants);
 namespaced!(Service, Service, services);
 namespaced!(EndpointSlice, EndpointSlice, endpoint_slices);
 namespaced!(Secret, Secret, secrets);
+namespaced!(Pod, Pod, pods);
 
 /// Starts one watch per kind, cluster-wide. Secrets are limited to `kubernetes.io/tls`
 /// by a field selector, so the cache never holds the cluster's other Secrets.
 pub fn spawn(client: &Client, shared: &Arc<Shared>) {
     let all = watcher::Config::default();
-    shared.pending.store(8, Ordering::Release);
+    shared.pending.store(9, Ordering::Release);
     start::<GatewayClass>(Api::all(client.clone()), all.clone(), shared);
     start::<Gateway>(Api::all(client.clone()), all.clone(), shared);
     start::<HttpRoute>(Api::all(client.clone()), all.clone(), shared);
@@ -121,6 +122,8 @@ pub fn spawn(client: &Client, shared: &Arc<Shared>) {
     start::<Service>(Api::all(client.clone()), all.clone(), shared);
     start::<EndpointSlice>(Api::all(client.clone()), all.clone(), shared);
     start::<Namespace>(Api::all(client.clone()), all.clone(), shared);
+    // Mesh mode's pod identities; the Store trims each Pod to its service account.
+    start::<Pod>(Api::all(client.clone()), all.clone(), shared);
     start::<Secret>(
         Api::all(client.clone()),
         all.fields("type=kubernetes.io/tls"),

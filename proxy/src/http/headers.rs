@@ -7,6 +7,9 @@ use http::header::{
 
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+/// Set only by whoever terminates mTLS (the mesh's inbound listener); a client's own
+/// would let it claim a mesh identity, so it never crosses the edge.
+pub const X_FORWARDED_CLIENT_CERT: HeaderName = HeaderName::from_static("x-forwarded-client-cert");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 const PROXY_AUTHENTICATE: HeaderName = HeaderName::from_static("proxy-authenticate");
@@ -45,8 +48,10 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// Appends the client address to `x-forwarded-for` and sets `x-forwarded-proto`.
+/// Appends the client address to `x-forwarded-for`, sets `x-forwarded-proto`, and
+/// drops a client-supplied `x-forwarded-client-cert`.
 pub fn add_forwarded(headers: &mut HeaderMap, client_ip: &HeaderValue, proto: &'static str) {
+    headers.remove(X_FORWARDED_CLIENT_CERT);
     let merged = match headers.get(&X_FORWARDED_FOR) {
         Some(prev) if !prev.is_empty() => {
             let mut v = Vec::with_capacity(prev.len() + 2 + client_ip.len());
@@ -88,5 +93,16 @@ mod tests {
         add_forwarded(&mut h, &ip, "http");
         assert_eq!(h[&X_FORWARDED_FOR], "10.1.1.1, 127.0.0.9");
         assert_eq!(h[&X_FORWARDED_PROTO], "http");
+    }
+
+    #[test]
+    fn client_supplied_xfcc_is_dropped() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            X_FORWARDED_CLIENT_CERT,
+            HeaderValue::from_static("URI=spiffe://td/ns/x/sa/admin"),
+        );
+        add_forwarded(&mut h, &HeaderValue::from_static("127.0.0.9"), "https");
+        assert!(!h.contains_key(X_FORWARDED_CLIENT_CERT));
     }
 }

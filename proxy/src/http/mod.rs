@@ -64,6 +64,17 @@ impl ProxyState {
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
     }
+
+    /// Why the process is not ready, if it is not: draining, or (mesh mode) no SVID.
+    pub fn not_ready(&self) -> Option<&'static str> {
+        if self.is_draining() {
+            Some("draining\n")
+        } else if !self.upstreams.is_ready() {
+            Some("no mesh identity (SVID) yet\n")
+        } else {
+            None
+        }
+    }
 }
 
 /// What a connection knows about itself, computed once at accept (and handshake).
@@ -150,10 +161,9 @@ pub async fn handle(
 }
 
 fn readyz(state: &ProxyState) -> Response<Body> {
-    if state.is_draining() {
-        local_response(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
-    } else {
-        local_response(StatusCode::OK, "ok\n")
+    match state.not_ready() {
+        Some(why) => local_response(StatusCode::SERVICE_UNAVAILABLE, why),
+        None => local_response(StatusCode::OK, "ok\n"),
     }
 }
 
@@ -291,17 +301,18 @@ async fn forward(
             body.is_end_stream(),
         );
     }
+    let protocol = state.upstreams.protocol_for(backend);
     outbound::target(
         &mut parts,
         path_and_query,
-        backend.protocol,
+        protocol,
         endpoint,
         upgrade_proto.as_ref(),
     )?;
 
     let sent = state.upstreams.send(
-        backend.protocol,
-        endpoint.addr,
+        protocol,
+        endpoint,
         Request::from_parts(parts, Either::Left(body)),
     );
     let result = match action.timeout {
@@ -339,6 +350,10 @@ async fn forward(
             Err(ProxyError::UpstreamConnect(e))
         }
         Err(UpstreamError::Request(e)) => Err(ProxyError::Upstream(e)),
+        Err(UpstreamError::Refused(e)) => {
+            tracing::warn!(backend = %backend.name, endpoint = %endpoint.addr, error = %e, "upstream refused");
+            Err(ProxyError::Upstream(e))
+        }
     }
 }
 

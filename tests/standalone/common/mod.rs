@@ -339,10 +339,12 @@ where
 // Declared after `ensure!` so the submodules can use it.
 mod admin;
 mod clients;
+mod mesh;
 mod process;
 mod tls;
 
 pub use admin::*;
 pub use clients::*;
+pub use mesh::*;
 pub use process::*;
 pub use tls::*;
