@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use spiffe::x509_source::{MetricsErrorKind, MetricsRecorder};
 use spiffe::{X509Source, X509SourceBuilder};
 
 use super::identity::{Identity, IdentityError, Material};
@@ -37,6 +38,9 @@ pub fn spawn(endpoint: String, identity: Arc<Identity>) {
                 .endpoint(&endpoint)
                 .reconnect_backoff(BACKOFF_MIN, BACKOFF_MAX)
                 .initial_sync_timeout(INITIAL_SYNC)
+                .metrics(Arc::new(Recorder {
+                    identity: Arc::clone(&identity),
+                }))
                 .build()
                 .await;
             match built {
@@ -71,6 +75,31 @@ async fn follow(source: &X509Source, identity: &Identity) {
             tracing::warn!(error = %e, "Workload API source closed; reconnecting");
             return;
         }
+    }
+}
+
+/// The source's own reconnects and stream failures, as logs and metrics: the
+/// supervisor inside the spiffe crate retries on its own and would otherwise be
+/// silent while the agent is away.
+struct Recorder {
+    identity: Arc<Identity>,
+}
+
+impl MetricsRecorder for Recorder {
+    fn record_update(&self) {}
+
+    fn record_reconnect(&self) {
+        tracing::info!("SPIFFE Workload API stream reconnected");
+    }
+
+    fn record_error(&self, kind: MetricsErrorKind) {
+        metrics::counter!(telemetry::MESH_IDENTITY_SOURCE_ERRORS_TOTAL, "source" => "workload_api", "kind" => kind.as_str()).increment(1);
+        let held = self.identity.current();
+        tracing::warn!(
+            kind = kind.as_str(),
+            svid_expires_in_s = held.as_ref().map(|m| m.expires_in()),
+            "SPIFFE Workload API error; retrying with backoff, the current SVID stays in use until it expires"
+        );
     }
 }
 

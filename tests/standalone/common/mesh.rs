@@ -22,7 +22,6 @@ pub const EDGE_ID: &str = "spiffe://mesh.test/ns/edge/sa/aether-edge";
 pub struct SpiffeCa {
     issuer: Issuer<'static, KeyPair>,
     pub pem: String,
-    #[allow(dead_code)] // the Workload API server's bundle
     pub der: CertificateDer<'static>,
 }
 
@@ -31,9 +30,7 @@ pub struct SpiffeCa {
 pub struct Svid {
     pub cert_pem: String,
     pub key_pem: String,
-    #[allow(dead_code)] // the Workload API server's SVIDs
     pub cert_der: CertificateDer<'static>,
-    #[allow(dead_code)]
     pub key_der: Vec<u8>,
 }
 
@@ -78,6 +75,18 @@ impl SpiffeCa {
             cert_der: cert.der().clone(),
             key_der: key.serialize_der(),
         })
+    }
+}
+
+impl Svid {
+    /// The Workload API's form of this SVID, with `ca` as its bundle.
+    pub fn wire(&self, id: &str, ca: &SpiffeCa) -> aether_test_workload_api::SvidDer {
+        aether_test_workload_api::SvidDer {
+            spiffe_id: id.to_owned(),
+            chain: self.cert_der.to_vec(),
+            key: self.key_der.clone(),
+            bundle: ca.der.to_vec(),
+        }
     }
 }
 
