@@ -9,6 +9,7 @@ pub mod backend;
 mod connection;
 pub mod cors;
 pub mod filters;
+pub mod health;
 pub mod hostmap;
 pub mod http;
 pub mod limits;

@@ -20,6 +20,7 @@ pub const OVERLOAD_ACTIVE: &str = "aether_overload_active";
 pub const OVERLOAD_SHED_TOTAL: &str = "aether_overload_shed_total";
 pub const MIRROR_REQUESTS_TOTAL: &str = "aether_mirror_requests_total";
 pub const MIRROR_SKIPPED_TOTAL: &str = "aether_mirror_skipped_total";
+pub const UPSTREAM_RETRIES_TOTAL: &str = "aether_upstream_retries_total";
 pub const MESH_SVID_EXPIRY_SECONDS: &str = "aether_mesh_svid_expiry_seconds";
 pub const MESH_SVID_UPDATES_TOTAL: &str = "aether_mesh_svid_updates_total";
 pub const MESH_IDENTITY_SOURCE_ERRORS_TOTAL: &str = "aether_mesh_identity_source_errors_total";

@@ -13,6 +13,7 @@ mod gateways;
 mod https;
 mod limits;
 mod mesh;
+mod mesh_health;
 mod mesh_rotation;
 mod metrics;
 mod reload;

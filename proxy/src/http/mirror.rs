@@ -51,11 +51,15 @@ pub fn send(
         }
         let state = Arc::clone(state);
         let endpoint = endpoint.clone();
+        let backend_ref = Arc::clone(&m.backend);
         let backend = Arc::clone(&m.backend.name);
         tokio::spawn(async move {
-            let sent = state
-                .upstreams
-                .send(protocol, &endpoint, Request::from_parts(p, body));
+            let sent = state.upstreams.send(
+                protocol,
+                &backend_ref,
+                &endpoint,
+                Request::from_parts(p, body),
+            );
             let outcome = match tokio::time::timeout(MIRROR_TIMEOUT, sent).await {
                 Ok(Ok(resp)) => {
                     // Drain so the connection can be reused.

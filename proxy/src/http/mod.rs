@@ -27,6 +27,7 @@ use hyper::body::{Body as _, Incoming};
 pub use error::{ProxyError, local_response};
 pub use headers::{X_FORWARDED_FOR, X_FORWARDED_PROTO};
 pub use upstream::{UpstreamError, UpstreamSettings, Upstreams};
+pub(crate) use upstream::{record_failure, record_health};
 
 use crate::backend::Pick;
 use crate::cors::Cors;
@@ -312,6 +313,7 @@ async fn forward(
 
     let sent = state.upstreams.send(
         protocol,
+        backend,
         endpoint,
         Request::from_parts(parts, Either::Left(body)),
     );

@@ -101,10 +101,11 @@ impl Upstreams {
     pub async fn send(
         &self,
         protocol: UpstreamProtocol,
+        backend: &Backend,
         endpoint: &Endpoint,
         req: Request<Body>,
     ) -> Result<Response<Incoming>, UpstreamError> {
-        match protocol {
+        let result = match protocol {
             UpstreamProtocol::Http1 => self.http1.request(req).await.map_err(|e| {
                 if e.is_connect() {
                     UpstreamError::Connect(e.into())
@@ -114,9 +115,34 @@ impl Upstreams {
             }),
             UpstreamProtocol::H2c => self.h2c.send(endpoint.addr, req).await,
             UpstreamProtocol::Mesh => match &self.mesh {
-                Some(mesh) => mesh.send(endpoint, req).await,
+                // Mesh retries elsewhere and records its own connect failures.
+                Some(mesh) => return mesh.send(backend, endpoint, req).await,
                 None => Err(UpstreamError::Refused("mesh mode is off".into())),
             },
+        };
+        record_health(backend, endpoint, &result);
+        result
+    }
+}
+
+/// Passive health: 5xx answers and failed exchanges count against the endpoint; a
+/// refused peer (identity) is a configuration problem, not ill health.
+pub(crate) fn record_health(
+    backend: &Backend,
+    endpoint: &Endpoint,
+    result: &Result<Response<Incoming>, UpstreamError>,
+) {
+    match result {
+        Ok(resp) if !resp.status().is_server_error() => endpoint.health.success(),
+        Ok(_) | Err(UpstreamError::Connect(_) | UpstreamError::Request(_)) => {
+            record_failure(backend, endpoint);
         }
+        Err(UpstreamError::Refused(_)) => {}
+    }
+}
+
+pub(crate) fn record_failure(backend: &Backend, endpoint: &Endpoint) {
+    if endpoint.health.failure() {
+        tracing::warn!(backend = %backend.name, endpoint = %endpoint.addr, "endpoint ejected after consecutive failures");
     }
 }

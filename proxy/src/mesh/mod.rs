@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderName, Request, Response};
+use http::{HeaderName, HeaderValue, Request, Response};
 use hyper::body::Incoming;
 use rustls::ClientConfig;
 use rustls_pki_types::ServerName;
@@ -33,12 +33,15 @@ pub use verify::PeerIdentityError;
 
 use self::pool::Pool;
 use self::verify::SpiffeVerifier;
-use crate::backend::Endpoint;
+use crate::backend::{Backend, Endpoint};
 use crate::http::{Body, UpstreamError};
 use crate::telemetry;
 
 /// The port the destination's workload listens on, for the inbound listener.
 pub const ORIGINAL_DST_HEADER: HeaderName = HeaderName::from_static("x-envoy-original-dst-host");
+
+/// Endpoints one request may try when connecting fails.
+const ATTEMPTS: usize = 3;
 
 /// Mesh mode settings: where inbound listeners are and who we are.
 #[derive(Debug, Clone)]
@@ -78,13 +81,53 @@ impl MeshClient {
         &self.identity
     }
 
-    /// Sends `req` to `endpoint`'s inbound listener. An endpoint whose workload
-    /// identity is unknown is refused: it could be anything.
+    /// Sends `req` to `endpoint`'s inbound listener. When the connection to it fails
+    /// before any byte of the request was sent, the request goes to another available
+    /// endpoint of `backend` instead (up to `ATTEMPTS` endpoints in all).
     pub async fn send(
         &self,
+        backend: &Backend,
         endpoint: &Endpoint,
-        req: Request<Body>,
+        mut req: Request<Body>,
     ) -> Result<Response<Incoming>, UpstreamError> {
+        let mut tried = [endpoint.addr; ATTEMPTS];
+        let mut ep = endpoint;
+        for attempt in 1.. {
+            match self.checkout(ep).await {
+                Ok(lease) => {
+                    if attempt > 1 {
+                        let dst = HeaderValue::from_str(ep.authority.as_str())
+                            .map_err(|e| UpstreamError::Request(e.into()))?;
+                        req.headers_mut().insert(ORIGINAL_DST_HEADER, dst);
+                    }
+                    let result = lease.send(req).await;
+                    crate::http::record_health(backend, ep, &result);
+                    return result;
+                }
+                Err(UpstreamError::Connect(e)) => {
+                    crate::http::record_failure(backend, ep);
+                    let next = (attempt < ATTEMPTS)
+                        .then(|| backend.pick_other(tried.get(..attempt).unwrap_or(&[])))
+                        .flatten();
+                    let Some(next) = next else {
+                        return Err(UpstreamError::Connect(e));
+                    };
+                    tracing::debug!(backend = %backend.name, from = %ep.addr, to = %next.addr, error = %e, "connect failed before the request was sent; retrying on another endpoint");
+                    metrics::counter!(telemetry::UPSTREAM_RETRIES_TOTAL, "backend" => backend.name.to_string()).increment(1);
+                    if let Some(slot) = tried.get_mut(attempt) {
+                        *slot = next.addr;
+                    }
+                    ep = next;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(UpstreamError::Connect("no endpoint left to try".into()))
+    }
+
+    /// A stream slot on `endpoint`'s inbound listener. An endpoint whose workload
+    /// identity is unknown is refused: it could be anything.
+    async fn checkout(&self, endpoint: &Endpoint) -> Result<pool::Lease, UpstreamError> {
         let Some(peer) = endpoint.peer.as_ref() else {
             metrics::counter!(telemetry::MESH_PEER_IDENTITY_UNKNOWN_TOTAL).increment(1);
             return Err(UpstreamError::Refused(
@@ -101,7 +144,7 @@ impl MeshClient {
         };
         let generation = self.identity.generation();
         let dial = || self.dial(key.addr, peer);
-        self.pool.send(&key, generation, dial, req).await
+        self.pool.checkout(&key, generation, dial).await
     }
 
     async fn dial(

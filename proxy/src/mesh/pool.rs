@@ -80,7 +80,22 @@ impl Conn {
 }
 
 /// A stream slot on a connection; freed when dropped.
-struct Lease(Arc<Conn>);
+pub struct Lease(Arc<Conn>);
+
+impl Lease {
+    /// Sends `req` on the leased connection; the slot is freed with the response head.
+    pub async fn send(self, req: Request<Body>) -> Result<Response<Incoming>, UpstreamError> {
+        let mut sender = self.0.sender.clone();
+        sender
+            .ready()
+            .await
+            .map_err(|e| UpstreamError::Request(e.into()))?;
+        sender
+            .send_request(req)
+            .await
+            .map_err(|e| UpstreamError::Request(e.into()))
+    }
+}
 
 impl Drop for Lease {
     fn drop(&mut self) {
@@ -131,6 +146,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> Pool<K> {
 
     /// Sends `req` on a connection for `key` made at `generation`; `dial` makes a new
     /// transport when every such connection is full (called at most once).
+    #[cfg(test)]
     pub async fn send<F, Fut, IO>(
         &self,
         key: &K,
@@ -143,13 +159,30 @@ impl<K: Hash + Eq + Clone + Send + 'static> Pool<K> {
         Fut: Future<Output = Result<IO, UpstreamError>>,
         IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
+        self.checkout(key, generation, dial).await?.send(req).await
+    }
+
+    /// A stream slot on a connection for `key` made at `generation`; `dial` makes a
+    /// new transport when every such connection is full (called at most once). The
+    /// request is not consumed here, so a failed dial can be retried elsewhere.
+    pub async fn checkout<F, Fut, IO>(
+        &self,
+        key: &K,
+        generation: u64,
+        dial: F,
+    ) -> Result<Lease, UpstreamError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<IO, UpstreamError>>,
+        IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
         if self.swept.swap(generation, Ordering::AcqRel) != generation {
             self.sweep(generation);
         }
         let mut dial = Some(dial);
-        let lease = loop {
+        loop {
             match self.next(key, generation) {
-                Next::Go(lease) => break lease,
+                Next::Go(lease) => return Ok(lease),
                 Next::Wait(mut rx) => {
                     // The dial in progress ends one way or the other; then look again.
                     let _ = rx.changed().await;
@@ -168,7 +201,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> Pool<K> {
                             let lease = conn.try_acquire(self.settings.max_streams);
                             self.dial_done(key, Some(conn));
                             match lease {
-                                Some(l) => break l,
+                                Some(l) => return Ok(l),
                                 None => continue,
                             }
                         }
@@ -179,18 +212,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> Pool<K> {
                     }
                 }
             }
-        };
-        let mut sender = lease.0.sender.clone();
-        sender
-            .ready()
-            .await
-            .map_err(|e| UpstreamError::Request(e.into()))?;
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| UpstreamError::Request(e.into()));
-        drop(lease);
-        resp
+        }
     }
 
     /// Connections open for `key` (any generation).
