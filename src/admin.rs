@@ -59,9 +59,10 @@ async fn answer(
         return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n"));
     }
     Ok(match req.uri().path() {
-        "/readyz" if state.proxy.is_draining() => {
-            text(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
-        }
+        "/readyz" if state.proxy.not_ready().is_some() => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            state.proxy.not_ready().unwrap_or_default(),
+        ),
         "/readyz" => text(StatusCode::OK, "ok\n"),
         // Liveness only says the process answers: a draining edge is alive, and a
         // restart then would cut the drain short.

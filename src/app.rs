@@ -26,7 +26,13 @@ pub(crate) const BIND_RETRY: Duration = Duration::from_secs(1);
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let prometheus = install_metrics()?;
-    let proxy = ProxyState::new(&UpstreamSettings::default(), args.xff_trusted_hops);
+    let proxy = ProxyState::new(
+        &UpstreamSettings {
+            mesh: crate::mesh::settings(&args.mesh)?,
+            ..UpstreamSettings::default()
+        },
+        args.xff_trusted_hops,
+    );
     let budget = match args.memory_budget {
         Some(0) => None,
         Some(b) => Some(b),

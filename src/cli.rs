@@ -19,8 +19,6 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-// Parsed once at startup: the size difference between the variants costs nothing.
-#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Reconcile Gateway API manifests and serve them.
     Run(Box<RunArgs>),
@@ -109,6 +107,44 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub limits: LimitArgs,
+
+    #[command(flatten)]
+    pub mesh: MeshArgs,
+}
+
+/// Mesh mode: upstream requests go over mTLS HTTP/2 to each pod's inbound listener.
+#[derive(Debug, Clone, Args)]
+pub struct MeshArgs {
+    /// Reach backends as a mesh client: mTLS HTTP/2 to pod_ip:<mesh-port>, peer
+    /// SPIFFE ID pinned to the pod's service account. Not ready until an SVID is held.
+    #[arg(long)]
+    pub mesh: bool,
+
+    /// SPIFFE Workload API socket (unix:///path or a path). Default: the
+    /// SPIFFE_ENDPOINT_SOCKET environment variable.
+    #[arg(long, value_name = "SOCKET", requires = "mesh")]
+    pub spiffe_socket: Option<String>,
+
+    /// Instead of the Workload API: the SVID certificate chain (PEM), watched.
+    #[arg(long, value_name = "FILE", requires_all = ["mesh", "mesh_svid_key", "mesh_bundle"], conflicts_with = "spiffe_socket")]
+    pub mesh_svid_cert: Option<PathBuf>,
+
+    /// The SVID's private key (PEM), watched.
+    #[arg(long, value_name = "FILE", requires = "mesh_svid_cert")]
+    pub mesh_svid_key: Option<PathBuf>,
+
+    /// The trust domain's CA bundle (PEM), watched.
+    #[arg(long, value_name = "FILE", requires = "mesh_svid_cert")]
+    pub mesh_bundle: Option<PathBuf>,
+
+    /// The port of every pod's inbound mesh listener.
+    #[arg(long, default_value_t = 15008, value_name = "PORT")]
+    pub mesh_port: u16,
+
+    /// Streams per upstream connection at most (the peer's limit applies if lower);
+    /// a full connection makes the pool open another.
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    pub mesh_max_streams: usize,
 }
 
 /// Client limits; each breach gets a clean answer (408/431) or a refused connection.

@@ -7,5 +7,6 @@ pub mod cli;
 pub mod echo;
 pub mod files;
 pub mod kubernetes;
+pub mod mesh;
 pub mod portstate;
 pub mod publish;

@@ -120,6 +120,7 @@ fn decode(meta: &TypeMeta, doc: &str) -> Result<Option<Object>, serde_saphyr::Er
         ("", "Secret") => Object::Secret(typed(doc)?),
         ("", "ConfigMap") => Object::ConfigMap(typed(doc)?),
         ("", "Namespace") => Object::Namespace(typed(doc)?),
+        ("", "Pod") => Object::Pod(typed(doc)?),
         ("discovery.k8s.io", "EndpointSlice") => Object::EndpointSlice(typed(doc)?),
         _ => return Ok(None),
     }))

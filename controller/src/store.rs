@@ -8,7 +8,7 @@ use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::referencegrants::ReferenceGrant;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodSpec, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -68,6 +68,9 @@ pub enum Object {
     Namespace(Box<Namespace>),
     /// TCPRoute, UDPRoute or TLSRoute.
     L4Route(Box<L4Route>),
+    /// Kept trimmed to name, namespace and service account: mesh mode needs only a
+    /// pod's workload identity.
+    Pod(Box<Pod>),
 }
 
 impl Object {
@@ -84,6 +87,7 @@ impl Object {
             Object::EndpointSlice(o) => &o.metadata,
             Object::Namespace(o) => &o.metadata,
             Object::L4Route(o) => &o.metadata,
+            Object::Pod(o) => &o.metadata,
         }
     }
 
@@ -100,6 +104,7 @@ impl Object {
             Object::EndpointSlice(_) => "EndpointSlice",
             Object::Namespace(_) => "Namespace",
             Object::L4Route(o) => o.kind.as_str(),
+            Object::Pod(_) => "Pod",
         }
     }
 }
@@ -122,6 +127,7 @@ pub struct Store {
     pub namespaces: BTreeMap<String, Namespace>,
     /// TCPRoutes, UDPRoutes and TLSRoutes, by kind then `namespace/name`.
     pub l4_routes: BTreeMap<(L4Kind, ObjectKey), L4Route>,
+    pub pods: BTreeMap<ObjectKey, Pod>,
 }
 
 impl Store {
@@ -194,6 +200,10 @@ impl Store {
                 let key = defaulted(&mut o.metadata);
                 self.l4_routes.insert((o.kind, key), *o);
             }
+            Object::Pod(mut o) => {
+                let key = defaulted(&mut o.metadata);
+                self.pods.insert(key, trimmed(*o));
+            }
         }
     }
 
@@ -226,6 +236,17 @@ impl Store {
             })
     }
 
+    /// The mesh identity path `/ns/<ns>/sa/<serviceAccount>` of a known Pod.
+    pub fn pod_identity(&self, key: &ObjectKey) -> Option<String> {
+        let spec = self.pods.get(key)?.spec.as_ref();
+        // The API server defaults an unset service account to `default`.
+        let sa = spec
+            .and_then(|s| s.service_account_name.as_deref())
+            .filter(|s| !s.is_empty())
+            .unwrap_or("default");
+        Some(format!("/ns/{}/sa/{sa}", key.namespace))
+    }
+
     /// Labels of a namespace; a namespace the Store has never seen has none except the
     /// well-known `kubernetes.io/metadata.name`, which the API server always sets.
     pub fn namespace_labels(&self, name: &str) -> BTreeMap<String, String> {
@@ -236,5 +257,21 @@ impl Store {
             .unwrap_or_default();
         labels.insert("kubernetes.io/metadata.name".to_owned(), name.to_owned());
         labels
+    }
+}
+
+/// What the Store keeps of a Pod: identity only, not the cluster's pod specs.
+fn trimmed(pod: Pod) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: pod.metadata.name,
+            namespace: pod.metadata.namespace,
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            service_account_name: pod.spec.and_then(|s| s.service_account_name),
+            ..PodSpec::default()
+        }),
+        status: None,
     }
 }

@@ -19,6 +19,11 @@ use crate::filters::Filters;
 pub struct Endpoint {
     pub addr: SocketAddr,
     pub authority: Authority,
+    /// Mesh mode: `/ns/<ns>/sa/<serviceAccount>` of the pod behind this address (from
+    /// the EndpointSlice's targetRef); `None` when it is not known.
+    pub peer: Option<Arc<str>>,
+    /// Passive health, shared by clones of this endpoint.
+    pub health: Arc<crate::health::Health>,
 }
 
 impl Endpoint {
@@ -26,7 +31,18 @@ impl Endpoint {
         // A SocketAddr always renders as a valid authority.
         let authority = Authority::try_from(addr.to_string().as_str())
             .unwrap_or_else(|_| Authority::from_static("invalid.endpoint"));
-        Self { addr, authority }
+        Self {
+            addr,
+            authority,
+            peer: None,
+            health: Arc::default(),
+        }
+    }
+
+    /// The same endpoint, with its pod's workload identity path.
+    pub fn with_peer(mut self, peer: Option<Arc<str>>) -> Self {
+        self.peer = peer;
+        self
     }
 }
 
@@ -43,6 +59,9 @@ pub enum UpstreamProtocol {
     Http1,
     /// HTTP/2 with prior knowledge (Service `appProtocol: kubernetes.io/h2c`).
     H2c,
+    /// Mesh mode: mTLS HTTP/2 to the pod's inbound listener. Chosen by the proxy at
+    /// request time, never by the controller.
+    Mesh,
 }
 
 /// A resolved Service port: its ready endpoints and the round-robin cursor.
@@ -52,6 +71,9 @@ pub struct Backend {
     pub name: Arc<str>,
     pub protocol: UpstreamProtocol,
     pub endpoints: Vec<Endpoint>,
+    /// The Service opted out of mesh mode (`aether.io/mesh: disabled`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub mesh_disabled: bool,
     #[serde(skip)]
     cursor: AtomicUsize,
 }
@@ -62,18 +84,39 @@ impl Backend {
             name,
             protocol,
             endpoints,
+            mesh_disabled: false,
             cursor: AtomicUsize::new(0),
         }
     }
 
-    /// The next endpoint in round-robin order, or `None` when the Service has no ready
-    /// endpoints.
+    /// Marks the Service as reached directly even in mesh mode.
+    pub fn with_mesh_disabled(mut self, disabled: bool) -> Self {
+        self.mesh_disabled = disabled;
+        self
+    }
+
+    /// The next endpoint in round-robin order, skipping ejected ones (unless all
+    /// are), or `None` when the Service has no ready endpoints.
     pub fn pick(&self) -> Option<&Endpoint> {
         if self.endpoints.is_empty() {
             return None;
         }
         let n = self.cursor.fetch_add(1, Ordering::Relaxed);
-        self.endpoints.get(n % self.endpoints.len())
+        self.pick_from(n, &[])
+            .or_else(|| self.endpoints.get(n % self.endpoints.len()))
+    }
+
+    /// An available endpoint other than those in `tried`, for a retry.
+    pub fn pick_other(&self, tried: &[SocketAddr]) -> Option<&Endpoint> {
+        let n = self.cursor.fetch_add(1, Ordering::Relaxed);
+        self.pick_from(n, tried)
+    }
+
+    fn pick_from(&self, start: usize, tried: &[SocketAddr]) -> Option<&Endpoint> {
+        let len = self.endpoints.len();
+        (0..len)
+            .filter_map(|i| self.endpoints.get((start + i) % len))
+            .find(|e| !tried.contains(&e.addr) && e.health.is_available())
     }
 }
 
@@ -179,6 +222,28 @@ mod tests {
             .map(|e| e.addr.port())
             .collect();
         assert_eq!(seen, vec![1, 2, 3, 1, 2, 3]);
+    }
+
+    #[test]
+    fn ejected_endpoints_are_skipped_unless_all_are() {
+        let b = backend("a", &[1, 2, 3]);
+        let ep2 = b.endpoints.iter().find(|e| e.addr.port() == 2).unwrap();
+        while !ep2.health.failure() {}
+        let seen: Vec<u16> = (0..4)
+            .filter_map(|_| b.pick())
+            .map(|e| e.addr.port())
+            .collect();
+        assert!(!seen.contains(&2), "{seen:?}");
+        let other = b.pick_other(&[ep2.addr, SocketAddr::from(([127, 0, 0, 1], 1))]);
+        assert_eq!(other.map(|e| e.addr.port()), Some(3));
+        for e in &b.endpoints {
+            while !e.health.failure() {}
+        }
+        assert!(
+            b.pick().is_some(),
+            "all ejected: still spread rather than fail"
+        );
+        assert!(b.pick_other(&[]).is_none());
     }
 
     #[test]

@@ -22,6 +22,13 @@ pub const MIRROR_REQUESTS_TOTAL: &str = "aether_mirror_requests_total";
 pub const MIRROR_SKIPPED_TOTAL: &str = "aether_mirror_skipped_total";
 pub const CLIENT_CERT_REJECTED_TOTAL: &str = "aether_client_cert_rejected_total";
 pub const CLIENT_CERT_FALLBACK_TOTAL: &str = "aether_client_cert_fallback_total";
+pub const UPSTREAM_RETRIES_TOTAL: &str = "aether_upstream_retries_total";
+pub const MESH_SVID_EXPIRY_SECONDS: &str = "aether_mesh_svid_expiry_seconds";
+pub const MESH_SVID_UPDATES_TOTAL: &str = "aether_mesh_svid_updates_total";
+pub const MESH_IDENTITY_SOURCE_ERRORS_TOTAL: &str = "aether_mesh_identity_source_errors_total";
+pub const MESH_PEER_IDENTITY_MISMATCH_TOTAL: &str = "aether_mesh_peer_identity_mismatch_total";
+pub const MESH_PEER_IDENTITY_UNKNOWN_TOTAL: &str = "aether_mesh_peer_identity_unknown_total";
+pub const MESH_UPSTREAM_CONNECTIONS_TOTAL: &str = "aether_mesh_upstream_connections_total";
 
 /// Buckets for request durations: 100 µs to 30 s.
 pub const DURATION_BUCKETS: &[f64] = &[

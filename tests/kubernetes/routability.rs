@@ -140,6 +140,14 @@ async fn routability_scopes_services_and_conditions() -> Result<(), BoxError> {
     let mixed_cluster_ip = spec.cluster_ip.clone().ok_or("no clusterIP allocated")?;
     eventually("mixed: Cluster only, PartiallyAssigned", || async {
         let gw = raw(&client, "mixed").await?;
+        // Shown only if this step times out: what the server holds, and the edge's
+        // warnings so far.
+        eprintln!("mixed status now: {}", gw["status"]);
+        let log =
+            std::fs::read_to_string(cluster.dir.path().join("edge-scopes.log")).unwrap_or_default();
+        for l in log.lines().filter(|l| l.contains("WARN")).take(5) {
+            eprintln!("edge: {l}");
+        }
         (addresses(&gw) == vec![(mixed_cluster_ip.clone(), "Cluster".to_owned())]
             && condition(&gw, "AddressesAssigned")? == ("False".into(), "PartiallyAssigned".into())
             && condition(&gw, "Programmed")?.0 == "True")

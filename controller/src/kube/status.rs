@@ -246,7 +246,8 @@ impl StatusWriter {
         if kind != "GatewayClass" {
             metadata["namespace"] = json!(key.namespace);
         }
-        if kind == "HTTPRoute"
+        // Routes' status.parents is an atomic list shared with other controllers.
+        if (kind == "HTTPRoute" || kind == "GRPCRoute")
             && let Some(rv) = server_rv
         {
             metadata["resourceVersion"] = json!(rv.to_string());

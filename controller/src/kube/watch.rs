@@ -13,7 +13,7 @@ use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::referencegrants::ReferenceGrant;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::NamespaceResourceScope;
@@ -191,12 +191,13 @@ namespaced!(Service, Service, services);
 namespaced!(EndpointSlice, EndpointSlice, endpoint_slices);
 namespaced!(Secret, Secret, secrets);
 namespaced!(ConfigMap, ConfigMap, config_maps);
+namespaced!(Pod, Pod, pods);
 
 /// Starts one watch per kind, cluster-wide. Secrets are limited to `kubernetes.io/tls`
 /// by a field selector, so the cache never holds the cluster's other Secrets.
 pub fn spawn(client: &Client, shared: &Arc<Shared>) {
     let all = watcher::Config::default();
-    shared.pending.store(10, Ordering::Release);
+    shared.pending.store(11, Ordering::Release);
     start::<GatewayClass>(Api::all(client.clone()), all.clone(), shared);
     start::<RawGateway>(Api::all(client.clone()), all.clone(), shared);
     start::<HttpRoute>(Api::all(client.clone()), all.clone(), shared);
@@ -208,6 +209,8 @@ pub fn spawn(client: &Client, shared: &Arc<Shared>) {
     // Every ConfigMap is listed (a CA bundle can't be told apart by a selector), but
     // the Store keeps only their `ca.crt`.
     start::<ConfigMap>(Api::all(client.clone()), all.clone(), shared);
+    // Mesh mode's pod identities; the Store trims each Pod to its service account.
+    start::<Pod>(Api::all(client.clone()), all.clone(), shared);
     start::<Secret>(
         Api::all(client.clone()),
         all.fields("type=kubernetes.io/tls"),

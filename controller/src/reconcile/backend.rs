@@ -10,6 +10,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use crate::store::{ObjectKey, Store};
 
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+/// `aether.io/mesh: disabled` on a Service: reach it directly even in mesh mode.
+const MESH_ANNOTATION: &str = "aether.io/mesh";
 
 /// Why a backendRef can't be used, as a ResolvedRefs reason and message.
 #[derive(Debug, Clone)]
@@ -130,7 +132,7 @@ impl<'s> BackendResolver<'s> {
             return Ok(Arc::clone(b));
         }
         let port_name = service_port.name.as_deref().unwrap_or("");
-        let mut endpoints: Vec<SocketAddr> = Vec::new();
+        let mut endpoints: Vec<(SocketAddr, Option<Arc<str>>)> = Vec::new();
         for slice in self.slices.get(&key).into_iter().flatten() {
             let target = slice
                 .ports
@@ -147,23 +149,51 @@ impl<'s> BackendResolver<'s> {
                 if ep.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
                     continue;
                 }
+                let peer = self.pod_identity(&key.namespace, ep.target_ref.as_ref());
                 endpoints.extend(
                     ep.addresses
                         .iter()
                         .filter_map(|a| a.parse::<IpAddr>().ok())
-                        .map(|ip| SocketAddr::new(ip, target)),
+                        .map(|ip| (SocketAddr::new(ip, target), peer.clone())),
                 );
             }
         }
         endpoints.sort();
-        endpoints.dedup();
-        let backend = Arc::new(Backend::new(
-            format!("{key}:{port}").into(),
-            protocol,
-            endpoints.into_iter().map(Endpoint::new).collect(),
-        ));
+        endpoints.dedup_by(|a, b| a.0 == b.0);
+        let mesh_disabled = service
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(MESH_ANNOTATION))
+            .is_some_and(|v| v == "disabled");
+        let backend = Arc::new(
+            Backend::new(
+                format!("{key}:{port}").into(),
+                protocol,
+                endpoints
+                    .into_iter()
+                    .map(|(addr, peer)| Endpoint::new(addr).with_peer(peer))
+                    .collect(),
+            )
+            .with_mesh_disabled(mesh_disabled),
+        );
         self.cache
             .insert((key, port, protocol), Arc::clone(&backend));
         Ok(backend)
+    }
+
+    /// The mesh identity of the Pod an endpoint's targetRef names, if the Store knows
+    /// it. An endpoint without one is refused in mesh mode.
+    fn pod_identity(
+        &self,
+        slice_namespace: &str,
+        target: Option<&k8s_openapi::api::core::v1::ObjectReference>,
+    ) -> Option<Arc<str>> {
+        let target = target.filter(|t| t.kind.as_deref() == Some("Pod"))?;
+        let key = ObjectKey::new(
+            target.namespace.as_deref().unwrap_or(slice_namespace),
+            target.name.as_deref()?,
+        );
+        self.store.pod_identity(&key).map(Into::into)
     }
 }

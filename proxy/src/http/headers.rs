@@ -7,6 +7,9 @@ use http::header::{
 
 pub const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+/// Set only by whoever terminates mTLS (the mesh's inbound listener); a client's own
+/// would let it claim a mesh identity, so it never crosses the edge.
+pub const X_FORWARDED_CLIENT_CERT: HeaderName = HeaderName::from_static("x-forwarded-client-cert");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 const PROXY_AUTHENTICATE: HeaderName = HeaderName::from_static("proxy-authenticate");
@@ -45,7 +48,8 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// Sets `x-forwarded-for` and `x-forwarded-proto` for the upstream.
+/// Sets `x-forwarded-for` and `x-forwarded-proto` for the upstream, and drops a
+/// client-supplied `x-forwarded-client-cert` (only a mesh peer may vouch for one).
 ///
 /// Only the last `trusted_hops` entries of the client's `x-forwarded-for` survive:
 /// those were appended by proxies in front of the edge that the operator vouches for
@@ -60,6 +64,7 @@ pub fn add_forwarded(
     proto: &'static str,
     trusted_hops: usize,
 ) {
+    headers.remove(X_FORWARDED_CLIENT_CERT);
     let kept = if trusted_hops == 0 {
         None
     } else {
@@ -147,5 +152,16 @@ mod tests {
         add_forwarded(&mut h, &ip, "https", 1);
         assert_eq!(h[&X_FORWARDED_FOR], "127.0.0.9");
         assert_eq!(h[&X_FORWARDED_PROTO], "https");
+    }
+
+    #[test]
+    fn client_supplied_xfcc_is_dropped() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            X_FORWARDED_CLIENT_CERT,
+            HeaderValue::from_static("URI=spiffe://td/ns/x/sa/admin"),
+        );
+        add_forwarded(&mut h, &HeaderValue::from_static("127.0.0.9"), "https", 0);
+        assert!(!h.contains_key(X_FORWARDED_CLIENT_CERT));
     }
 }

@@ -45,25 +45,21 @@ pub fn send(
         *req.method_mut() = parts.method.clone();
         *req.headers_mut() = parts.headers.clone();
         let (mut p, body) = req.into_parts();
-        if outbound::target(
-            &mut p,
-            path_and_query.clone(),
-            m.backend.protocol,
-            endpoint,
-            None,
-        )
-        .is_err()
-        {
+        let protocol = state.upstreams.protocol_for(&m.backend);
+        if outbound::target(&mut p, path_and_query.clone(), protocol, endpoint, None).is_err() {
             continue;
         }
         let state = Arc::clone(state);
-        let protocol = m.backend.protocol;
-        let addr = endpoint.addr;
+        let endpoint = endpoint.clone();
+        let backend_ref = Arc::clone(&m.backend);
         let backend = Arc::clone(&m.backend.name);
         tokio::spawn(async move {
-            let sent = state
-                .upstreams
-                .send(protocol, addr, Request::from_parts(p, body));
+            let sent = state.upstreams.send(
+                protocol,
+                &backend_ref,
+                &endpoint,
+                Request::from_parts(p, body),
+            );
             let outcome = match tokio::time::timeout(MIRROR_TIMEOUT, sent).await {
                 Ok(Ok(resp)) => {
                     // Drain so the connection can be reused.

@@ -27,6 +27,7 @@ use hyper::body::{Body as _, Incoming};
 pub use error::{ProxyError, local_response};
 pub use headers::{X_FORWARDED_FOR, X_FORWARDED_PROTO};
 pub use upstream::{UpstreamError, UpstreamSettings, Upstreams};
+pub(crate) use upstream::{record_failure, record_health};
 
 use crate::backend::Pick;
 use crate::cors::Cors;
@@ -66,6 +67,17 @@ impl ProxyState {
 
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Acquire)
+    }
+
+    /// Why the process is not ready, if it is not: draining, or (mesh mode) no SVID.
+    pub fn not_ready(&self) -> Option<&'static str> {
+        if self.is_draining() {
+            Some("draining\n")
+        } else if !self.upstreams.is_ready() {
+            Some("no mesh identity (SVID) yet\n")
+        } else {
+            None
+        }
     }
 }
 
@@ -157,10 +169,9 @@ pub async fn handle(
 }
 
 fn readyz(state: &ProxyState) -> Response<Body> {
-    if state.is_draining() {
-        local_response(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
-    } else {
-        local_response(StatusCode::OK, "ok\n")
+    match state.not_ready() {
+        Some(why) => local_response(StatusCode::SERVICE_UNAVAILABLE, why),
+        None => local_response(StatusCode::OK, "ok\n"),
     }
 }
 
@@ -299,17 +310,19 @@ async fn forward(
             body.is_end_stream(),
         );
     }
+    let protocol = state.upstreams.protocol_for(backend);
     outbound::target(
         &mut parts,
         path_and_query,
-        backend.protocol,
+        protocol,
         endpoint,
         upgrade_proto.as_ref(),
     )?;
 
     let sent = state.upstreams.send(
-        backend.protocol,
-        endpoint.addr,
+        protocol,
+        backend,
+        endpoint,
         Request::from_parts(parts, Either::Left(body)),
     );
     let result = match action.timeout {
@@ -347,6 +360,10 @@ async fn forward(
             Err(ProxyError::UpstreamConnect(e))
         }
         Err(UpstreamError::Request(e)) => Err(ProxyError::Upstream(e)),
+        Err(UpstreamError::Refused(e)) => {
+            tracing::warn!(backend = %backend.name, endpoint = %endpoint.addr, error = %e, "upstream refused");
+            Err(ProxyError::Upstream(e))
+        }
     }
 }
 

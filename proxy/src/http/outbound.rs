@@ -79,7 +79,7 @@ pub fn target(
                 upgrade::restore_headers(&mut parts.headers, proto.clone());
             }
         }
-        UpstreamProtocol::H2c => {
+        UpstreamProtocol::H2c | UpstreamProtocol::Mesh => {
             // The pool is keyed by endpoint elsewhere, so :authority can carry the
             // client's host, and Host must not be sent alongside it.
             let host = parts
@@ -88,6 +88,15 @@ pub fn target(
                 .and_then(|h| h.to_str().ok().and_then(|h| h.parse().ok()));
             uri.authority = Some(host.unwrap_or_else(|| endpoint.authority.clone()));
             parts.version = Version::HTTP_2;
+            if protocol == UpstreamProtocol::Mesh {
+                // The inbound listener is at another port than the workload; this
+                // names the workload's (see crate::mesh).
+                let dst = HeaderValue::from_str(endpoint.authority.as_str())
+                    .map_err(|_| ProxyError::BadRequest("invalid endpoint\n"))?;
+                parts.headers.insert(crate::mesh::ORIGINAL_DST_HEADER, dst);
+                // Mesh traffic must be https at the pod: scheme follows the transport.
+                uri.scheme = Some(Scheme::HTTPS);
+            }
         }
     }
     parts.uri =

@@ -1,7 +1,6 @@
 //! Upstream connections: pooled keep-alive HTTP/1.1 per endpoint, or one multiplexed
 //! HTTP/2 (h2c) connection per endpoint for backends that declare it.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -12,7 +11,8 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::Body;
 use super::h2pool::H2Pool;
-use crate::backend::UpstreamProtocol;
+use crate::backend::{Backend, Endpoint, UpstreamProtocol};
+use crate::mesh::{MeshClient, MeshSettings};
 
 /// Upstream connection settings.
 #[derive(Debug, Clone)]
@@ -20,6 +20,8 @@ pub struct UpstreamSettings {
     pub connect_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_idle_per_endpoint: usize,
+    /// Mesh mode, when set.
+    pub mesh: Option<MeshSettings>,
 }
 
 impl Default for UpstreamSettings {
@@ -28,6 +30,7 @@ impl Default for UpstreamSettings {
             connect_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(60),
             max_idle_per_endpoint: 256,
+            mesh: None,
         }
     }
 }
@@ -41,11 +44,16 @@ pub enum UpstreamError {
     Connect(BoxError),
     #[error("request: {0}")]
     Request(BoxError),
+    /// The upstream was reached but refused as a peer (mesh identity): never retried
+    /// elsewhere as if it were down, and answered 502.
+    #[error("refused: {0}")]
+    Refused(BoxError),
 }
 
 pub struct Upstreams {
     http1: Client<HttpConnector, Body>,
     h2c: H2Pool,
+    mesh: Option<MeshClient>,
 }
 
 impl Upstreams {
@@ -66,7 +74,26 @@ impl Upstreams {
         Self {
             http1,
             h2c: H2Pool::new(settings.connect_timeout),
+            mesh: settings
+                .mesh
+                .as_ref()
+                .map(|m| MeshClient::new(m, settings.connect_timeout)),
         }
+    }
+
+    /// How `backend` is reached: over the mesh unless mesh mode is off or the
+    /// Service opted out.
+    pub fn protocol_for(&self, backend: &Backend) -> UpstreamProtocol {
+        if self.mesh.is_some() && !backend.mesh_disabled {
+            UpstreamProtocol::Mesh
+        } else {
+            backend.protocol
+        }
+    }
+
+    /// False in mesh mode until an unexpired SVID is held.
+    pub fn is_ready(&self) -> bool {
+        self.mesh.as_ref().is_none_or(|m| m.identity().is_ready())
     }
 
     /// Sends `req` to `addr`. For HTTP/1.1 the request URI must name the endpoint (it
@@ -74,10 +101,11 @@ impl Upstreams {
     pub async fn send(
         &self,
         protocol: UpstreamProtocol,
-        addr: SocketAddr,
+        backend: &Backend,
+        endpoint: &Endpoint,
         req: Request<Body>,
     ) -> Result<Response<Incoming>, UpstreamError> {
-        match protocol {
+        let result = match protocol {
             UpstreamProtocol::Http1 => self.http1.request(req).await.map_err(|e| {
                 if e.is_connect() {
                     UpstreamError::Connect(e.into())
@@ -85,7 +113,36 @@ impl Upstreams {
                     UpstreamError::Request(e.into())
                 }
             }),
-            UpstreamProtocol::H2c => self.h2c.send(addr, req).await,
+            UpstreamProtocol::H2c => self.h2c.send(endpoint.addr, req).await,
+            UpstreamProtocol::Mesh => match &self.mesh {
+                // Mesh retries elsewhere and records its own connect failures.
+                Some(mesh) => return mesh.send(backend, endpoint, req).await,
+                None => Err(UpstreamError::Refused("mesh mode is off".into())),
+            },
+        };
+        record_health(backend, endpoint, &result);
+        result
+    }
+}
+
+/// Passive health: 5xx answers and failed exchanges count against the endpoint; a
+/// refused peer (identity) is a configuration problem, not ill health.
+pub(crate) fn record_health(
+    backend: &Backend,
+    endpoint: &Endpoint,
+    result: &Result<Response<Incoming>, UpstreamError>,
+) {
+    match result {
+        Ok(resp) if !resp.status().is_server_error() => endpoint.health.success(),
+        Ok(_) | Err(UpstreamError::Connect(_) | UpstreamError::Request(_)) => {
+            record_failure(backend, endpoint);
         }
+        Err(UpstreamError::Refused(_)) => {}
+    }
+}
+
+pub(crate) fn record_failure(backend: &Backend, endpoint: &Endpoint) {
+    if endpoint.health.failure() {
+        tracing::warn!(backend = %backend.name, endpoint = %endpoint.addr, "endpoint ejected after consecutive failures");
     }
 }

@@ -340,11 +340,13 @@ where
 mod admin;
 mod clients;
 mod l4;
+mod mesh;
 mod process;
 mod tls;
 
 pub use admin::*;
 pub use clients::*;
 pub use l4::*;
+pub use mesh::*;
 pub use process::*;
 pub use tls::*;

@@ -1,0 +1,233 @@
+//! Mesh mode: the edge as a single-identity mesh client. Each backend endpoint is
+//! reached at `pod_ip:<mesh port>` over mutual TLS 1.3 (the edge's SVID as client
+//! certificate, the trust bundle as roots, ALPN h2), and the peer must present the
+//! SPIFFE ID of the destination pod's service account.
+//!
+//! The upstream contract (README, "Mesh mode"): one HTTP/2 request per downstream
+//! request, `:authority` = the client's Host, and `x-envoy-original-dst-host:
+//! <pod_ip>:<target port>` naming the port the request is for, which an Envoy inbound
+//! listener routes on with an ORIGINAL_DST cluster (`use_http_header`).
+
+pub mod identity;
+mod pool;
+#[cfg(test)]
+mod pool_tests;
+mod sniff;
+mod verify;
+pub mod workload;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{HeaderName, HeaderValue, Request, Response};
+use hyper::body::Incoming;
+use rustls::ClientConfig;
+use rustls_pki_types::ServerName;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+pub use identity::{Identity, IdentityError, Material};
+pub use pool::PoolSettings;
+pub use verify::PeerIdentityError;
+
+use self::pool::Pool;
+use self::verify::SpiffeVerifier;
+use crate::backend::{Backend, Endpoint};
+use crate::http::{Body, UpstreamError};
+use crate::telemetry;
+
+/// The port the destination's workload listens on, for the inbound listener.
+pub const ORIGINAL_DST_HEADER: HeaderName = HeaderName::from_static("x-envoy-original-dst-host");
+
+/// Endpoints one request may try when connecting fails.
+const ATTEMPTS: usize = 3;
+
+/// Mesh mode settings: where inbound listeners are and who we are.
+#[derive(Debug, Clone)]
+pub struct MeshSettings {
+    pub port: u16,
+    pub identity: Arc<Identity>,
+    pub pool: PoolSettings,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Key {
+    /// `pod_ip:<mesh port>`.
+    addr: SocketAddr,
+    /// `/ns/<ns>/sa/<sa>`: part of the key, so a pod IP reused by another workload
+    /// never shares a connection verified for the previous one.
+    peer: Arc<str>,
+}
+
+pub struct MeshClient {
+    port: u16,
+    identity: Arc<Identity>,
+    connect_timeout: Duration,
+    pool: Pool<Key>,
+}
+
+impl MeshClient {
+    pub fn new(settings: &MeshSettings, connect_timeout: Duration) -> Self {
+        Self {
+            port: settings.port,
+            identity: Arc::clone(&settings.identity),
+            connect_timeout,
+            pool: Pool::new(settings.pool.clone()),
+        }
+    }
+
+    pub fn identity(&self) -> &Arc<Identity> {
+        &self.identity
+    }
+
+    /// Sends `req` to `endpoint`'s inbound listener. When the connection to it fails
+    /// before any byte of the request was sent, the request goes to another available
+    /// endpoint of `backend` instead (up to `ATTEMPTS` endpoints in all).
+    pub async fn send(
+        &self,
+        backend: &Backend,
+        endpoint: &Endpoint,
+        mut req: Request<Body>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let mut tried = [endpoint.addr; ATTEMPTS];
+        let mut ep = endpoint;
+        for attempt in 1.. {
+            match self.checkout(ep).await {
+                Ok(lease) => {
+                    if attempt > 1 {
+                        let dst = HeaderValue::from_str(ep.authority.as_str())
+                            .map_err(|e| UpstreamError::Request(e.into()))?;
+                        req.headers_mut().insert(ORIGINAL_DST_HEADER, dst);
+                    }
+                    let result = lease.send(req).await;
+                    crate::http::record_health(backend, ep, &result);
+                    return result;
+                }
+                Err(UpstreamError::Connect(e)) => {
+                    crate::http::record_failure(backend, ep);
+                    let next = (attempt < ATTEMPTS)
+                        .then(|| backend.pick_other(tried.get(..attempt).unwrap_or(&[])))
+                        .flatten();
+                    let Some(next) = next else {
+                        return Err(UpstreamError::Connect(e));
+                    };
+                    tracing::debug!(backend = %backend.name, from = %ep.addr, to = %next.addr, error = %e, "connect failed before the request was sent; retrying on another endpoint");
+                    metrics::counter!(telemetry::UPSTREAM_RETRIES_TOTAL, "backend" => backend.name.to_string()).increment(1);
+                    if let Some(slot) = tried.get_mut(attempt) {
+                        *slot = next.addr;
+                    }
+                    ep = next;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(UpstreamError::Connect("no endpoint left to try".into()))
+    }
+
+    /// A stream slot on `endpoint`'s inbound listener. An endpoint whose workload
+    /// identity is unknown is refused: it could be anything.
+    async fn checkout(&self, endpoint: &Endpoint) -> Result<pool::Lease, UpstreamError> {
+        let Some(peer) = endpoint.peer.as_ref() else {
+            metrics::counter!(telemetry::MESH_PEER_IDENTITY_UNKNOWN_TOTAL).increment(1);
+            return Err(UpstreamError::Refused(
+                format!(
+                    "{}: no known pod identity (EndpointSlice targetRef to a known Pod)",
+                    endpoint.addr
+                )
+                .into(),
+            ));
+        };
+        let key = Key {
+            addr: SocketAddr::new(endpoint.addr.ip(), self.port),
+            peer: Arc::clone(peer),
+        };
+        let generation = self.identity.generation();
+        let dial = || self.dial(key.addr, peer);
+        self.pool.checkout(&key, generation, dial).await
+    }
+
+    async fn dial(
+        &self,
+        addr: SocketAddr,
+        peer: &str,
+    ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, UpstreamError> {
+        let Some(material) = self.identity.current() else {
+            return Err(UpstreamError::Connect("no unexpired SVID is held".into()));
+        };
+        let expected: Arc<str> = material.peer_id(peer).into();
+        let config = client_config(&material, Arc::clone(&expected))?;
+        let connect = async {
+            let tcp = TcpStream::connect(addr)
+                .await
+                .map_err(|e| UpstreamError::Connect(e.into()))?;
+            let _ = tcp.set_nodelay(true);
+            // SVIDs have no DNS names; the verifier checks the SPIFFE ID instead, and
+            // an IP server name sends no SNI.
+            let name = ServerName::IpAddress(addr.ip().into());
+            TlsConnector::from(config)
+                .connect(name, tcp)
+                .await
+                .map_err(|e| tls_error(e, &expected))
+        };
+        let tls = tokio::time::timeout(self.connect_timeout, connect)
+            .await
+            .map_err(|_| UpstreamError::Connect("connect timed out".into()))??;
+        if tls.get_ref().1.alpn_protocol() != Some(b"h2") {
+            return Err(UpstreamError::Refused(
+                format!("{addr}: the inbound listener did not negotiate h2").into(),
+            ));
+        }
+        Ok(tls)
+    }
+}
+
+/// TLS 1.3 only, ALPN h2, our SVID as client certificate, the peer pinned.
+fn client_config(
+    material: &identity::Material,
+    expected: Arc<str>,
+) -> Result<Arc<ClientConfig>, UpstreamError> {
+    let provider = identity::provider();
+    let verifier =
+        SpiffeVerifier::new(Arc::clone(&material.roots), expected, Arc::clone(&provider));
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| UpstreamError::Connect(e.into()))?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_client_cert_resolver(Arc::new(Svid(Arc::clone(&material.key))));
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Presents the SVID whatever the server asks for: the inbound listener requires it.
+#[derive(Debug)]
+struct Svid(Arc<rustls::sign::CertifiedKey>);
+
+impl rustls::client::ResolvesClientCert for Svid {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(Arc::clone(&self.0))
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// A handshake refused for the peer's identity is the peer's fault (502), not an
+/// unreachable endpoint (503).
+fn tls_error(e: std::io::Error, expected: &str) -> UpstreamError {
+    let refused = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|r| matches!(r, rustls::Error::InvalidCertificate(_)));
+    if refused {
+        UpstreamError::Refused(format!("peer is not {expected}: {e}").into())
+    } else {
+        UpstreamError::Connect(e.into())
+    }
+}

@@ -1,0 +1,97 @@
+//! Mesh mode's wiring: where the edge's SVID comes from (the SPIFFE Workload API, or
+//! PEM files for development), kept live in one `Identity` the upstream pool reads.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use aether_proxy::mesh::{Identity, Material, MeshSettings, PoolSettings, workload};
+use aether_proxy::telemetry;
+use anyhow::Context;
+
+use crate::app::SETTLE;
+use crate::cli::MeshArgs;
+use crate::files;
+
+/// The standard variable a SPIRE agent's workloads read the socket from.
+const SPIFFE_ENDPOINT_SOCKET: &str = "SPIFFE_ENDPOINT_SOCKET";
+
+/// Mesh settings from the flags, with the identity source started; `None` when mesh
+/// mode is off.
+pub fn settings(args: &MeshArgs) -> anyhow::Result<Option<MeshSettings>> {
+    if !args.mesh {
+        return Ok(None);
+    }
+    let identity = Identity::new();
+    identity.spawn_expiry_gauge();
+    match (&args.mesh_svid_cert, &args.mesh_svid_key, &args.mesh_bundle) {
+        (Some(cert), Some(key), Some(bundle)) => {
+            spawn_files(
+                [cert.clone(), key.clone(), bundle.clone()],
+                Arc::clone(&identity),
+            )?;
+        }
+        _ => {
+            let socket = args
+                .spiffe_socket
+                .clone()
+                .or_else(|| std::env::var(SPIFFE_ENDPOINT_SOCKET).ok())
+                .context("mesh mode needs an identity: --spiffe-socket, SPIFFE_ENDPOINT_SOCKET, or --mesh-svid-cert/--mesh-svid-key/--mesh-bundle")?;
+            let endpoint = workload::endpoint_uri(&socket);
+            tracing::info!(%endpoint, "mesh identity from the SPIFFE Workload API");
+            workload::spawn(endpoint, Arc::clone(&identity));
+        }
+    }
+    Ok(Some(MeshSettings {
+        port: args.mesh_port,
+        identity,
+        pool: PoolSettings {
+            max_streams: args.mesh_max_streams.max(1),
+            ..PoolSettings::default()
+        },
+    }))
+}
+
+/// Loads the PEM files now and on every change. A broken or half-written set keeps
+/// the current SVID (logged and counted); an unchanged set changes nothing, so
+/// connections are not retired for nothing.
+fn spawn_files(paths: [PathBuf; 3], identity: Arc<Identity>) -> anyhow::Result<()> {
+    let (watcher, mut changes) =
+        files::watch(&paths, SETTLE).context("cannot watch the mesh SVID files")?;
+    tracing::info!(cert = %paths[0].display(), "mesh identity from PEM files");
+    tokio::spawn(async move {
+        let _watcher = watcher;
+        let mut last: Option<[Vec<u8>; 3]> = None;
+        loop {
+            match read(&paths).await {
+                Ok(bytes) if last.as_ref() != Some(&bytes) => {
+                    match Material::from_pem(&bytes[0], &bytes[1], &bytes[2]) {
+                        Ok(m) => {
+                            identity.update(m, "files");
+                            last = Some(bytes);
+                        }
+                        Err(e) => {
+                            metrics::counter!(telemetry::MESH_IDENTITY_SOURCE_ERRORS_TOTAL, "source" => "files").increment(1);
+                            tracing::warn!(error = %e, "mesh SVID files are unusable; keeping the current SVID");
+                        }
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the mesh SVID files; keeping the current SVID")
+                }
+            }
+            if changes.recv().await.is_none() {
+                return;
+            }
+        }
+    });
+    Ok(())
+}
+
+async fn read(paths: &[PathBuf; 3]) -> std::io::Result<[Vec<u8>; 3]> {
+    Ok([
+        tokio::fs::read(&paths[0]).await?,
+        tokio::fs::read(&paths[1]).await?,
+        tokio::fs::read(&paths[2]).await?,
+    ])
+}

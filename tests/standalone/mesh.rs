@@ -1,0 +1,398 @@
+//! Mesh mode end to end: the edge (SVID from PEM files here) forwards over mTLS HTTP/2
+//! to a real Envoy as each pod's inbound listener at pod_ip:15008, which checks the
+//! edge's SPIFFE ID, sets XFCC and forwards to the echo backend.
+
+use std::net::{IpAddr, SocketAddr};
+
+use http::StatusCode;
+use tokio::io::AsyncReadExt;
+
+use crate::common::*;
+
+/// Gateway `default/edge` at .5:8080 with one route per `(hostname, service)`.
+fn gateway_and_routes(net: Net, routes: &[(&str, &str)]) -> String {
+    let mut m = gateway_class("aether", CONTROLLER);
+    m.push_str(&gateway(
+        "default",
+        "edge",
+        Some(&net.ip_str(5)),
+        &[("http", LISTENER_PORT)],
+    ));
+    for (i, (host, svc)) in routes.iter().enumerate() {
+        m.push_str(&route(
+            "default",
+            &format!("r{i}"),
+            "edge",
+            &[host],
+            &[("PathPrefix", "/", svc)],
+        ));
+    }
+    m
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mesh_request_reaches_the_inbound_listener_over_mtls_as_the_edge() -> TestResult {
+    let env = TestEnv::new(40)?;
+    let net = env.net;
+    let ca = SpiffeCa::new()?;
+    let pod_ip = IpAddr::V4(net.ip(11));
+    let direct_ip = IpAddr::V4(net.ip(12));
+    let edge_files = write_svid(env.dir.path(), "edge", &ca.svid(EDGE_ID, "edge-1")?, &ca)?;
+
+    let mut m = gateway_and_routes(
+        net,
+        &[
+            ("mesh.example", "svc"),
+            ("direct.example", "svc-direct"),
+            ("unknown.example", "svc-unknown"),
+        ],
+    );
+    m.push_str(&pod("default", "pod-a", "app"));
+    m.push_str(&mesh_backend(
+        "default",
+        "svc",
+        ECHO_PORT,
+        &[(pod_ip, Some("pod-a"))],
+        &[],
+    ));
+    m.push_str(&mesh_backend(
+        "default",
+        "svc-direct",
+        ECHO_PORT,
+        &[(direct_ip, None)],
+        &[("aether.io/mesh", "disabled")],
+    ));
+    m.push_str(&mesh_backend(
+        "default",
+        "svc-unknown",
+        ECHO_PORT,
+        &[(pod_ip, None)],
+        &[],
+    ));
+    env.write_manifest("mesh.yaml", &m)?;
+
+    let _echo = env
+        .spawn_echo(SocketAddr::new(pod_ip, ECHO_PORT), "pod-a")
+        .await?;
+    let _direct = env
+        .spawn_echo(SocketAddr::new(direct_ip, ECHO_PORT), "direct")
+        .await?;
+    let _inbound = env
+        .spawn_inbound(
+            pod_ip,
+            &ca.svid(&spiffe_id("default", "app"), "pod-a")?,
+            &ca,
+            EDGE_ID,
+        )
+        .await?;
+    let mut edge = env.spawn_mesh_edge("edge", &file_flags(&edge_files))?;
+    env.wait_ready(&mut edge).await?;
+    env.wait_listener(net.gw()).await?;
+
+    // A client-supplied XFCC must not survive: only the inbound listener sets one.
+    let mut c = H1Conn::connect(net.client_ip(), net.gw()).await?;
+    let r = c
+        .send(
+            "GET",
+            "mesh.example",
+            "/hello?x=1",
+            &[(
+                "x-forwarded-client-cert",
+                "URI=spiffe://mesh.test/ns/kube-system/sa/admin",
+            )],
+        )
+        .await?;
+    let e = r.echo()?;
+    ensure!(e.name() == "pod-a", "reached {}", e.0);
+    ensure!(e.host() == "mesh.example", "host {:?}", e.host());
+    ensure!(e.path() == "/hello?x=1", "path {:?}", e.path());
+    let xfcc = e.header("x-forwarded-client-cert").unwrap_or_default();
+    ensure!(
+        xfcc.contains(&format!("URI={EDGE_ID}")),
+        "XFCC {xfcc:?} does not name the edge: {}",
+        e.0
+    );
+    ensure!(
+        xfcc.contains("CN=edge-1"),
+        "XFCC {xfcc:?} lacks the edge SVID's subject"
+    );
+    ensure!(
+        !xfcc.contains("kube-system"),
+        "the client's XFCC leaked through: {xfcc:?}"
+    );
+    let client = net.client_ip().to_string();
+    ensure!(
+        e.header("x-forwarded-for")
+            .is_some_and(|v| v.starts_with(&client)),
+        "x-forwarded-for: {}",
+        e.0
+    );
+    ensure!(
+        e.header("x-forwarded-proto") == Some("http"),
+        "x-forwarded-proto: {}",
+        e.0
+    );
+
+    // The opted-out Service is reached directly: no inbound listener, no XFCC.
+    let e = env.h1(net.gw(), "direct.example", "/").await?.echo()?;
+    ensure!(e.name() == "direct", "reached {}", e.0);
+    ensure!(
+        e.header("x-forwarded-client-cert").is_none(),
+        "XFCC on a direct request: {}",
+        e.0
+    );
+
+    // An endpoint with no known pod identity is refused, not trusted.
+    let before = env.echo_requests("pod-a")?.len();
+    let r = env.h1(net.gw(), "unknown.example", "/").await?;
+    ensure!(
+        r.status == StatusCode::BAD_GATEWAY,
+        "unknown identity answered {}",
+        r.status
+    );
+    ensure!(
+        env.echo_requests("pod-a")?.len() == before,
+        "an unverified endpoint got the request"
+    );
+    ensure!(
+        metric(net, "aether_mesh_peer_identity_unknown_total").await? >= 1.0,
+        "unknown identity not counted"
+    );
+    env.pass()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mesh_peer_with_the_wrong_spiffe_id_is_refused_and_counted() -> TestResult {
+    let env = TestEnv::new(41)?;
+    let net = env.net;
+    let ca = SpiffeCa::new()?;
+    let other_ca = SpiffeCa::new()?;
+    let pod_ip = IpAddr::V4(net.ip(11));
+    let foreign_ip = IpAddr::V4(net.ip(12));
+    let edge_files = write_svid(env.dir.path(), "edge", &ca.svid(EDGE_ID, "edge-1")?, &ca)?;
+    let mut m = gateway_and_routes(
+        net,
+        &[("mesh.example", "svc"), ("foreign.example", "svc-foreign")],
+    );
+    m.push_str(&pod("default", "pod-a", "app"));
+    m.push_str(&pod("default", "pod-f", "app"));
+    m.push_str(&mesh_backend(
+        "default",
+        "svc",
+        ECHO_PORT,
+        &[(pod_ip, Some("pod-a"))],
+        &[],
+    ));
+    m.push_str(&mesh_backend(
+        "default",
+        "svc-foreign",
+        ECHO_PORT,
+        &[(foreign_ip, Some("pod-f"))],
+        &[],
+    ));
+    env.write_manifest("mesh.yaml", &m)?;
+    let _echo = env
+        .spawn_echo(SocketAddr::new(pod_ip, ECHO_PORT), "pod-a")
+        .await?;
+    let _echo_f = env
+        .spawn_echo(SocketAddr::new(foreign_ip, ECHO_PORT), "pod-f")
+        .await?;
+    // The pod's listener presents another service account's SVID...
+    let _inbound = env
+        .spawn_inbound(
+            pod_ip,
+            &ca.svid(&spiffe_id("default", "other"), "other")?,
+            &ca,
+            EDGE_ID,
+        )
+        .await?;
+    // ...and this one the right ID, but from another trust domain's CA.
+    let _foreign = env
+        .spawn_inbound(
+            foreign_ip,
+            &other_ca.svid(&spiffe_id("default", "app"), "forged")?,
+            &ca,
+            EDGE_ID,
+        )
+        .await?;
+    let mut edge = env.spawn_mesh_edge("edge", &file_flags(&edge_files))?;
+    env.wait_ready(&mut edge).await?;
+    env.wait_listener(net.gw()).await?;
+
+    let seen = |name: &str| env.echo_requests(name).map(|r| r.len());
+    let before = (seen("pod-a")?, seen("pod-f")?);
+    for host in ["mesh.example", "foreign.example"] {
+        let r = env.h1(net.gw(), host, "/").await?;
+        ensure!(
+            r.status == StatusCode::BAD_GATEWAY,
+            "{host}: wrong peer answered {}: {}",
+            r.status,
+            r.text()
+        );
+    }
+    ensure!(
+        (seen("pod-a")?, seen("pod-f")?) == before,
+        "a refused peer got the request"
+    );
+    ensure!(
+        metric(net, "aether_mesh_peer_identity_mismatch_total").await? >= 1.0,
+        "mismatch not counted"
+    );
+    ensure!(
+        edge.log().contains("mesh peer identity refused"),
+        "no log line for the mismatch"
+    );
+    env.pass()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mesh_never_sends_plaintext_to_the_inbound_port() -> TestResult {
+    let env = TestEnv::new(42)?;
+    let net = env.net;
+    let ca = SpiffeCa::new()?;
+    let pod_ip = IpAddr::V4(net.ip(11));
+    let edge_files = write_svid(env.dir.path(), "edge", &ca.svid(EDGE_ID, "edge-1")?, &ca)?;
+    let mut m = gateway_and_routes(net, &[("mesh.example", "svc")]);
+    m.push_str(&pod("default", "pod-a", "app"));
+    m.push_str(&mesh_backend(
+        "default",
+        "svc",
+        ECHO_PORT,
+        &[(pod_ip, Some("pod-a"))],
+        &[],
+    ));
+    env.write_manifest("mesh.yaml", &m)?;
+    // Not Envoy: a socket that records the first bytes anyone sends to 15008.
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(pod_ip, MESH_PORT)).await?;
+    let first = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await?;
+        let mut buf = [0u8; 16];
+        let n = tokio::time::timeout(REQUEST_TIMEOUT, s.read(&mut buf)).await??;
+        Ok::<Vec<u8>, BoxError>(buf[..n].to_vec())
+    });
+    let mut edge = env.spawn_mesh_edge("edge", &file_flags(&edge_files))?;
+    env.wait_ready(&mut edge).await?;
+    env.wait_listener(net.gw()).await?;
+    let r = env.h1(net.gw(), "mesh.example", "/secret").await?;
+    ensure!(
+        r.status.is_server_error(),
+        "a peer that never finished TLS answered {}",
+        r.status
+    );
+    let bytes = first.await??;
+    // 0x16 0x03: a TLS handshake record (ClientHello), not "PRI * HTTP/2" or "GET".
+    ensure!(
+        bytes.len() >= 2 && bytes[0] == 0x16 && bytes[1] == 0x03,
+        "first bytes to 15008 were {bytes:?}"
+    );
+    ensure!(
+        !String::from_utf8_lossy(&bytes).contains("PRI")
+            && !String::from_utf8_lossy(&bytes).contains("GET"),
+        "plaintext: {bytes:?}"
+    );
+    env.pass()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mesh_mode_is_not_ready_until_it_holds_an_svid() -> TestResult {
+    let env = TestEnv::new(43)?;
+    let net = env.net;
+    let ca = SpiffeCa::new()?;
+    env.write_manifest("mesh.yaml", &gateway_and_routes(net, &[]))?;
+    let dir = env.dir.path().join("svid");
+    std::fs::create_dir_all(&dir)?;
+    let paths = [
+        dir.join("edge.crt"),
+        dir.join("edge.key"),
+        dir.join("bundle.pem"),
+    ];
+    let mut edge = env.spawn_mesh_edge("edge", &file_flags(&paths))?;
+    // The files don't exist yet: the process runs, but is not ready.
+    eventually("admin /readyz answers 503", EVENTUALLY, || async {
+        let r = admin_get(net, "/readyz").await?;
+        ensure!(
+            r.status == StatusCode::SERVICE_UNAVAILABLE && r.text().contains("SVID"),
+            "/readyz: {} {}",
+            r.status,
+            r.text()
+        );
+        Ok(())
+    })
+    .await?;
+    edge.check_alive()?;
+    write_svid(&dir, "edge", &ca.svid(EDGE_ID, "edge-1")?, &ca)?;
+    env.wait_ready(&mut edge).await?;
+    let expiry = metric(net, "aether_mesh_svid_expiry_seconds").await?;
+    ensure!(
+        expiry > 3600.0,
+        "aether_mesh_svid_expiry_seconds is {expiry}"
+    );
+    env.pass()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mesh_200_concurrent_requests_to_one_pod_use_a_handful_of_connections() -> TestResult {
+    let env = TestEnv::new(44)?;
+    let net = env.net;
+    let ca = SpiffeCa::new()?;
+    let pod_ip = IpAddr::V4(net.ip(11));
+    let edge_files = write_svid(env.dir.path(), "edge", &ca.svid(EDGE_ID, "edge-1")?, &ca)?;
+    let mut m = gateway_and_routes(net, &[("mesh.example", "svc")]);
+    m.push_str(&pod("default", "pod-a", "app"));
+    m.push_str(&mesh_backend(
+        "default",
+        "svc",
+        ECHO_PORT,
+        &[(pod_ip, Some("pod-a"))],
+        &[],
+    ));
+    env.write_manifest("mesh.yaml", &m)?;
+    let _echo = env
+        .spawn_echo(SocketAddr::new(pod_ip, ECHO_PORT), "pod-a")
+        .await?;
+    // The inbound listener allows 100 streams per connection.
+    let inbound = env
+        .spawn_inbound(
+            pod_ip,
+            &ca.svid(&spiffe_id("default", "app"), "pod-a")?,
+            &ca,
+            EDGE_ID,
+        )
+        .await?;
+    let mut edge = env.spawn_mesh_edge("edge", &file_flags(&edge_files))?;
+    env.wait_ready(&mut edge).await?;
+    env.wait_listener(net.gw()).await?;
+
+    // 200 requests in flight at once (each held 500 ms at the backend), from 4 client
+    // connections of 50 streams.
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let conn = H2Conn::connect(net.client_ip(), net.gw()).await?;
+        for _ in 0..50 {
+            let mut c = conn.clone();
+            tasks.push(tokio::spawn(async move {
+                c.send("GET", "mesh.example", "/", &[("x-echo-delay-ms", "500")])
+                    .await
+            }));
+        }
+    }
+    let mut ok = 0;
+    for t in tasks {
+        if t.await?
+            .map(|r| r.status == StatusCode::OK)
+            .unwrap_or(false)
+        {
+            ok += 1;
+        }
+    }
+    ensure!(ok == 200, "{ok}/200 succeeded");
+    let conns = inbound
+        .stat("http.inbound.downstream_cx_total", net)
+        .await?;
+    // 200 streams at 100 per connection: 2, and a spare at most from timing.
+    ensure!(
+        (2..=4).contains(&conns),
+        "the inbound listener saw {conns} connections"
+    );
+    env.pass()
+}
