@@ -85,6 +85,45 @@ async fn apply_all(client: &Client, yaml: &str, dry_run: bool) -> Result<usize, 
     Ok(applied)
 }
 
+/// The container args the chart renders are flags the binary accepts: it is started
+/// with them (admin moved to a free loopback port) and must still be running after a
+/// moment, where a usage error would have exited at once with status 2.
+fn args_are_accepted(cluster: &Cluster, yaml: &str) -> Result<(), BoxError> {
+    let deployment = yaml
+        .split("\n---")
+        .find(|d| d.contains("kind: Deployment"))
+        .ok_or("no Deployment rendered")?;
+    let value: serde_json::Value = serde_saphyr::from_str(deployment)?;
+    let args: Vec<String> = value["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .ok_or("the Deployment has no args")?
+        .iter()
+        .filter_map(|a| a.as_str())
+        .filter(|a| !a.starts_with("--admin="))
+        .map(str::to_owned)
+        .collect();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_aether-edge"))
+        .args(&args)
+        .arg(format!("--admin=127.0.0.1:{port}"))
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let exited = child.try_wait()?;
+    let _ = child.kill();
+    let out = child.wait_with_output()?;
+    assert!(
+        exited.is_none(),
+        "aether-edge {args:?} exited at once ({exited:?}): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chart_applies_to_a_real_apiserver() -> Result<(), BoxError> {
     let Some(cluster) = Cluster::start().await? else {
@@ -102,6 +141,7 @@ async fn chart_applies_to_a_real_apiserver() -> Result<(), BoxError> {
     let variant = render(Some("tests/chart/values-variant.yaml"))?;
     let n = apply_all(&client, &variant, true).await?;
     assert!(n >= 6, "only {n} objects in the variant rendering");
+    args_are_accepted(&cluster, &variant)?;
 
     let default = render(None)?;
     let n = apply_all(&client, &default, false).await?;
