@@ -332,7 +332,8 @@ pub fn desired(
                 name: Some(format!("{proto}-{port}")),
                 port: i32::from(*port),
                 target_port: Some(IntOrString::Int(i32::from(*internal))),
-                protocol: Some("TCP".to_owned()),
+                // UDP listeners need a UDP Service port; everything else rides TCP.
+                protocol: Some(if proto == "udp" { "UDP" } else { "TCP" }.to_owned()),
                 ..ServicePort::default()
             }
         })
