@@ -133,6 +133,19 @@ async fn tcp_route_forwards_bytes_with_half_close_and_closes_on_connect_failure(
         Some("ProtocolConflict"),
     )?;
 
+    // /config_dump shows the L4 socket, its protocol and its route's backends.
+    let dump = admin_get(net, "/config_dump").await?.json()?;
+    let l = &dump["listeners"][gw.to_string()];
+    ensure!(
+        l["protocol"] == "Tcp" && l["l4"]["*"]["route"] == "default/echo",
+        "config_dump of {gw}: {l}"
+    );
+    ensure!(
+        dump["udp"][gw.to_string()]["protocol"] == "Udp",
+        "config_dump has no UDP socket at {gw}: {}",
+        dump["udp"]
+    );
+
     let metrics = metrics_text(net).await?;
     ensure!(
         metrics
@@ -149,5 +162,59 @@ async fn tcp_route_forwards_bytes_with_half_close_and_closes_on_connect_failure(
                 && l.contains("reason=\"connect_failed\"")),
         "no connect_failed refusal counted"
     );
+    env.pass()
+}
+
+/// Connections split by backendRef weight (3:1), and a zero-weight backend gets none.
+#[tokio::test(flavor = "multi_thread")]
+async fn tcp_route_splits_connections_by_weight() -> TestResult {
+    let env = TestEnv::new(64)?;
+    let net = env.net;
+    let _a = tcp_backend(net.addr(251, 7100), "a").await?;
+    let _b = tcp_backend(net.addr(252, 7100), "b").await?;
+    let _c = tcp_backend(net.addr(253, 7100), "c").await?;
+    let mut m = gateway_class("aether", CONTROLLER);
+    m.push_str(&l4_gateway(
+        "default",
+        "edge",
+        &net.ip_str(5),
+        &[("tcp", TCP_PORT, "TCP")],
+    ));
+    for (svc, host) in [("a", 251), ("b", 252), ("c", 253)] {
+        m.push_str(&backend("default", svc, net.addr(host, 7100), true));
+    }
+    m.push_str(&l4_route(
+        "TCPRoute",
+        "split",
+        "edge",
+        None,
+        &[],
+        &[("a", 3), ("b", 1), ("c", 0)],
+    ));
+    env.write_manifest("l4.yaml", &m)?;
+    let _edge = env.spawn_edge("edge").await?;
+    let gw = net.addr(5, TCP_PORT);
+    let mut counts = std::collections::BTreeMap::<String, u32>::new();
+    for i in 0..400 {
+        let greeting = eventually("a connection is greeted", EVENTUALLY, || async move {
+            let mut s = connect_from(net.client_ip(), gw).await?;
+            let mut hello = [0u8; 13];
+            tokio::time::timeout(REQUEST_TIMEOUT, s.read_exact(&mut hello))
+                .await
+                .map_err(|_| err("no greeting"))??;
+            Ok(String::from_utf8_lossy(&hello).into_owned())
+        })
+        .await
+        .map_err(|e| err(format!("connection {i}: {e}")))?;
+        *counts.entry(greeting).or_default() += 1;
+    }
+    let a = counts.get("hello from a\n").copied().unwrap_or(0);
+    let b = counts.get("hello from b\n").copied().unwrap_or(0);
+    ensure!(
+        a + b == 400,
+        "a zero-weight backend got connections: {counts:?}"
+    );
+    // 300 expected; generous bounds keep this from flaking.
+    ensure!((250..=350).contains(&a), "3:1 split gave {counts:?}");
     env.pass()
 }
