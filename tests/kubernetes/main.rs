@@ -5,6 +5,7 @@
 
 mod chart;
 mod cluster;
+mod l4;
 mod routability;
 
 use std::future::Future;

@@ -12,9 +12,9 @@ use std::time::Duration;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
-use gateway_api::httproutes::{HttpRoute, HttpRouteStatusParents};
+use gateway_api::httproutes::{HttpRoute, HttpRouteStatus, HttpRouteStatusParents};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, Client};
 use metrics::counter;
 use serde::Serialize;
@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use super::FIELD_MANAGER;
 use super::watch::Shared;
 use crate::Statuses;
-use crate::status::with_routability;
+use crate::status::{ObjectStatus, with_routability};
 use crate::store::ObjectKey;
 
 /// The Gateway API caps `status.parents` at 32 entries.
@@ -149,47 +149,58 @@ impl StatusWriter {
                     ));
                 }
             }
-            let routes = desired
-                .http_routes
-                .iter()
-                .map(|(k, s)| ("HTTPRoute", k, s, store.http_routes.get(k)))
-                .chain(
-                    desired
-                        .grpc_routes
-                        .iter()
-                        .map(|(k, s)| ("GRPCRoute", k, s, store.grpc_routes.get(k))),
-                );
-            for (kind, key, s, obj) in routes {
-                if let Some(obj) = obj {
-                    let server: &[HttpRouteStatusParents] =
-                        obj.status.as_ref().map_or(&[], |x| x.parents.as_slice());
-                    let (mine, others): (Vec<_>, Vec<_>) = server
-                        .iter()
-                        .partition(|p| p.controller_name == self.controller_name);
-                    let mut ours = s.status.parents.clone();
-                    for p in &mut ours {
-                        let prev = mine.iter().find(|x| x.parent_ref == p.parent_ref);
-                        carry(
-                            p.conditions.iter_mut(),
-                            prev.map(|x| x.conditions.as_slice()),
-                        );
-                    }
-                    // `status.parents` is an atomic list: apply must carry the other
-                    // controllers' entries as the server holds them, and the
-                    // resourceVersion guards against overwriting a newer list.
-                    let mut parents: Vec<Value> = others.iter().map(to_value).collect();
-                    parents.extend(ours.iter().map(to_value));
-                    parents.truncate(MAX_PARENTS);
-                    let status = json!({ "parents": parents });
-                    out.push(self.plan(
-                        kind,
-                        key.clone(),
-                        rv(&obj.metadata),
-                        to_value(&ours),
-                        Some(to_value(&mine)),
-                        Some(status),
-                    ));
+            // Every route kind's status has HTTPRoute's shape: (kind, key, desired,
+            // the server's status, the server's resourceVersion).
+            type RouteRow<'a> = (
+                &'static str,
+                &'a ObjectKey,
+                &'a ObjectStatus<HttpRouteStatus>,
+                Option<&'a HttpRouteStatus>,
+                Option<u64>,
+            );
+            let mut routes: Vec<RouteRow<'_>> = Vec::new();
+            for (kind, map, held) in [
+                ("HTTPRoute", &desired.http_routes, &store.http_routes),
+                ("GRPCRoute", &desired.grpc_routes, &store.grpc_routes),
+            ] {
+                routes.extend(map.iter().filter_map(|(k, s)| {
+                    let obj = held.get(k)?;
+                    Some((kind, k, s, obj.status.as_ref(), rv(&obj.metadata)))
+                }));
+            }
+            routes.extend(desired.l4_routes.iter().filter_map(|((kind, k), s)| {
+                let obj = store.l4_routes.get(&(*kind, k.clone()))?;
+                Some((kind.as_str(), k, s, obj.status.as_ref(), rv(&obj.metadata)))
+            }));
+            for (kind, key, s, server_status, server_rv) in routes {
+                let server: &[HttpRouteStatusParents] =
+                    server_status.map_or(&[], |x| x.parents.as_slice());
+                let (mine, others): (Vec<_>, Vec<_>) = server
+                    .iter()
+                    .partition(|p| p.controller_name == self.controller_name);
+                let mut ours = s.status.parents.clone();
+                for p in &mut ours {
+                    let prev = mine.iter().find(|x| x.parent_ref == p.parent_ref);
+                    carry(
+                        p.conditions.iter_mut(),
+                        prev.map(|x| x.conditions.as_slice()),
+                    );
                 }
+                // `status.parents` is an atomic list: apply must carry the other
+                // controllers' entries as the server holds them, and the
+                // resourceVersion guards against overwriting a newer list.
+                let mut parents: Vec<Value> = others.iter().map(to_value).collect();
+                parents.extend(ours.iter().map(to_value));
+                parents.truncate(MAX_PARENTS);
+                let status = json!({ "parents": parents });
+                out.push(self.plan(
+                    kind,
+                    key.clone(),
+                    server_rv,
+                    to_value(&ours),
+                    Some(to_value(&mine)),
+                    Some(status),
+                ));
             }
             out.into_iter().flatten().collect::<Vec<_>>()
         });
@@ -247,7 +258,7 @@ impl StatusWriter {
             metadata["namespace"] = json!(key.namespace);
         }
         // Routes' status.parents is an atomic list shared with other controllers.
-        if (kind == "HTTPRoute" || kind == "GRPCRoute")
+        if kind.ends_with("Route")
             && let Some(rv) = server_rv
         {
             metadata["resourceVersion"] = json!(rv.to_string());
@@ -288,6 +299,19 @@ impl StatusWriter {
                     .patch_status(&w.key.name, &params, &patch)
                     .await?
                     .metadata
+            }
+            "TCPRoute" | "UDPRoute" | "TLSRoute" => {
+                let gvk = GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", w.kind);
+                let plural = format!("{}s", w.kind.to_ascii_lowercase());
+                let resource = ApiResource::from_gvk_with_plural(&gvk, &plural);
+                Api::<DynamicObject>::namespaced_with(
+                    self.client.clone(),
+                    &w.key.namespace,
+                    &resource,
+                )
+                .patch_status(&w.key.name, &params, &patch)
+                .await?
+                .metadata
             }
             _ => {
                 Api::<HttpRoute>::namespaced(self.client.clone(), &w.key.namespace)

@@ -27,6 +27,7 @@ use tokio::sync::Notify;
 use crate::Object;
 use crate::gateway_ext::GatewayExt;
 use crate::grpc_route::to_http_route;
+use crate::l4route::{L4Kind, L4Route};
 use crate::store::{ObjectKey, Store};
 
 /// The Store the watches fill, and how the reconcile loop learns of changes.
@@ -193,15 +194,70 @@ namespaced!(Secret, Secret, secrets);
 namespaced!(ConfigMap, ConfigMap, config_maps);
 namespaced!(Pod, Pod, pods);
 
+/// TCPRoute, UDPRoute and TLSRoute at `gateway.networking.k8s.io/v1`, read into the
+/// one L4 route type (the gateway-api crate has no v1 types for them).
+macro_rules! l4_kind {
+    ($name:ident, $kind:literal, $plural:literal, $variant:ident) => {
+        #[derive(Clone, Debug, Deserialize)]
+        #[serde(transparent)]
+        struct $name(L4Route);
+
+        impl Resource for $name {
+            type DynamicType = ();
+            type Scope = NamespaceResourceScope;
+
+            fn kind(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed($kind)
+            }
+            fn group(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed("gateway.networking.k8s.io")
+            }
+            fn version(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed("v1")
+            }
+            fn plural(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed($plural)
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.0.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.0.metadata
+            }
+        }
+
+        impl Kind for $name {
+            fn object(self) -> Object {
+                Object::L4Route(Box::new(self.0))
+            }
+            fn clear(store: &mut Store) {
+                store.l4_routes.retain(|(k, _), _| *k != L4Kind::$variant);
+            }
+            fn remove(store: &mut Store, meta: &ObjectMeta) {
+                store
+                    .l4_routes
+                    .remove(&(L4Kind::$variant, ObjectKey::of(meta)));
+            }
+        }
+    };
+}
+
+l4_kind!(TcpRouteV1, "TCPRoute", "tcproutes", Tcp);
+l4_kind!(UdpRouteV1, "UDPRoute", "udproutes", Udp);
+l4_kind!(TlsRouteV1, "TLSRoute", "tlsroutes", Tls);
+
 /// Starts one watch per kind, cluster-wide. Secrets are limited to `kubernetes.io/tls`
 /// by a field selector, so the cache never holds the cluster's other Secrets.
 pub fn spawn(client: &Client, shared: &Arc<Shared>) {
     let all = watcher::Config::default();
-    shared.pending.store(11, Ordering::Release);
+    shared.pending.store(14, Ordering::Release);
     start::<GatewayClass>(Api::all(client.clone()), all.clone(), shared);
     start::<RawGateway>(Api::all(client.clone()), all.clone(), shared);
     start::<HttpRoute>(Api::all(client.clone()), all.clone(), shared);
     start::<GrpcRoute>(Api::all(client.clone()), all.clone(), shared);
+    start::<TcpRouteV1>(Api::all(client.clone()), all.clone(), shared);
+    start::<UdpRouteV1>(Api::all(client.clone()), all.clone(), shared);
+    start::<TlsRouteV1>(Api::all(client.clone()), all.clone(), shared);
     start::<ReferenceGrant>(Api::all(client.clone()), all.clone(), shared);
     start::<Service>(Api::all(client.clone()), all.clone(), shared);
     start::<EndpointSlice>(Api::all(client.clone()), all.clone(), shared);
@@ -245,6 +301,18 @@ fn start<K: Kind>(api: Api<K>, config: watcher::Config, shared: &Arc<Shared>) {
                     {
                         tracing::info!("every watch has listed once; reconciling");
                         shared.changed.notify_one();
+                    }
+                }
+                // A kind whose CRD is not installed (an older Gateway API release) must
+                // not hold up every other kind: it counts as listed, empty, and the
+                // watch keeps retrying, so installing the CRD later brings its objects.
+                Err(watcher::Error::InitialListFailed(kube::Error::Api(s))) if s.code == 404 => {
+                    if std::mem::take(&mut first) {
+                        tracing::warn!(%kind, "this kind is not served (CRD not installed?); its objects are ignored until it is");
+                        if shared.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+                            tracing::info!("every watch has listed once; reconciling");
+                            shared.changed.notify_one();
+                        }
                     }
                 }
                 // The stream retries with backoff; say why, once per failure.

@@ -1,0 +1,99 @@
+//! L4 routes in Kubernetes mode: TCPRoutes are watched and get status; a UDP listener's
+//! Gateway Service port is UDP; the UDPRoute CRD is not installed in this cluster, and
+//! that must not hold anything up.
+
+use gateway_api::gateways::Gateway;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::cluster::{BoxError, Cluster};
+use crate::{apply, edge, eventually};
+
+fn tcp_routes(client: &Client) -> Api<DynamicObject> {
+    let gvk = GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "TCPRoute");
+    let resource = ApiResource::from_gvk_with_plural(&gvk, "tcproutes");
+    Api::namespaced_with(client.clone(), "l4", &resource)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_routes_get_status_and_udp_listeners_udp_service_ports() -> Result<(), BoxError> {
+    let Some(cluster) = Cluster::start().await? else {
+        return Ok(());
+    };
+    let client = cluster.client().await?;
+    for ns in ["l4", "aether-system"] {
+        apply(
+            &Api::<Namespace>::all(client.clone()),
+            ns,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .await;
+    }
+    apply(
+        &Api::<gateway_api::gatewayclasses::GatewayClass>::all(client.clone()),
+        "aether",
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+               "metadata": {"name": "aether"}, "spec": {"controllerName": "aether.io/edge"}}),
+    )
+    .await;
+    apply(
+        &Api::<Gateway>::namespaced(client.clone(), "l4"),
+        "db",
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": "db", "namespace": "l4"},
+               "spec": {"gatewayClassName": "aether", "listeners": [
+                   {"name": "pg", "port": 5432, "protocol": "TCP"},
+                   {"name": "dns", "port": 53, "protocol": "UDP"}]}}),
+    )
+    .await;
+    apply(
+        &tcp_routes(&client),
+        "pg",
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "TCPRoute",
+               "metadata": {"name": "pg", "namespace": "l4"},
+               "spec": {"parentRefs": [{"name": "db", "sectionName": "pg"}],
+                        "rules": [{"backendRefs": [{"name": "postgres", "port": 5432}]}]}}),
+    )
+    .await;
+    let _edge = edge(&cluster, "127.0.0.1", "l4");
+
+    // The route is watched and its status written (ResolvedRefs=False: no Service).
+    let routes = tcp_routes(&client);
+    eventually("the TCPRoute's status", || async {
+        let r = routes.get("pg").await.ok()?;
+        let parent = r.data["status"]["parents"].as_array()?.first()?.clone();
+        let conditions = parent["conditions"].as_array()?.clone();
+        let has = |t: &str, st: &str| {
+            conditions
+                .iter()
+                .any(|c| c["type"] == t && c["status"] == st)
+        };
+        (parent["parentRef"]["sectionName"] == "pg"
+            && has("Accepted", "True")
+            && has("ResolvedRefs", "False"))
+        .then_some(())
+    })
+    .await;
+
+    // The Gateway Service carries each listener port with its own transport.
+    let services = Api::<Service>::namespaced(client.clone(), "l4");
+    let svc = eventually("the Gateway Service", || async {
+        services.get_opt("db-aether").await.ok().flatten()
+    })
+    .await;
+    let mut ports: Vec<(i32, String)> = svc
+        .spec
+        .and_then(|s| s.ports)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| (p.port, p.protocol.unwrap_or_default()))
+        .collect();
+    ports.sort();
+    assert_eq!(
+        ports,
+        vec![(53, "UDP".to_owned()), (5432, "TCP".to_owned())]
+    );
+    Ok(())
+}
