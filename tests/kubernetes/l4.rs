@@ -4,6 +4,7 @@
 
 use gateway_api::gateways::Gateway;
 use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
 use serde_json::json;
@@ -42,10 +43,12 @@ async fn tcp_routes_get_status_and_udp_listeners_udp_service_ports() -> Result<(
         &Api::<Gateway>::namespaced(client.clone(), "l4"),
         "db",
         json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "db", "namespace": "l4"},
+               "metadata": {"name": "db", "namespace": "l4",
+                            "annotations": {"aether.io/port-range.apps": "30000-30009"}},
                "spec": {"gatewayClassName": "aether", "listeners": [
                    {"name": "pg", "port": 5432, "protocol": "TCP"},
-                   {"name": "dns", "port": 53, "protocol": "UDP"}]}}),
+                   {"name": "dns", "port": 53, "protocol": "UDP"},
+                   {"name": "apps", "port": 30000, "protocol": "TCP"}]}}),
     )
     .await;
     apply(
@@ -55,6 +58,16 @@ async fn tcp_routes_get_status_and_udp_listeners_udp_service_ports() -> Result<(
                "metadata": {"name": "pg", "namespace": "l4"},
                "spec": {"parentRefs": [{"name": "db", "sectionName": "pg"}],
                         "rules": [{"backendRefs": [{"name": "postgres", "port": 5432}]}]}}),
+    )
+    .await;
+    // A route asking the pool for a port of its own.
+    apply(
+        &tcp_routes(&client),
+        "redis",
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "TCPRoute",
+               "metadata": {"name": "redis", "namespace": "l4"},
+               "spec": {"parentRefs": [{"name": "db", "sectionName": "apps", "port": 30007}],
+                        "rules": [{"backendRefs": [{"name": "redis", "port": 6379}]}]}}),
     )
     .await;
     let _edge = edge(&cluster, "127.0.0.1", "l4");
@@ -77,23 +90,59 @@ async fn tcp_routes_get_status_and_udp_listeners_udp_service_ports() -> Result<(
     })
     .await;
 
-    // The Gateway Service carries each listener port with its own transport.
-    let services = Api::<Service>::namespaced(client.clone(), "l4");
-    let svc = eventually("the Gateway Service", || async {
-        services.get_opt("db-aether").await.ok().flatten()
+    // The pool's route holds its port in status.
+    eventually("the pool route's port in status", || async {
+        let r = routes.get("redis").await.ok()?;
+        let parent = r.data["status"]["parents"].as_array()?.first()?.clone();
+        (parent["parentRef"]["port"] == 30007
+            && parent["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Accepted" && c["status"] == "True"))
+        .then_some(())
     })
     .await;
-    let mut ports: Vec<(i32, String)> = svc
-        .spec
-        .and_then(|s| s.ports)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|p| (p.port, p.protocol.unwrap_or_default()))
+
+    // The Gateway Service carries each listener port with its own transport, and the
+    // pool's assigned port (not the pool listener's own): all of them internal ports
+    // the edge binds.
+    let services = Api::<Service>::namespaced(client.clone(), "l4");
+    let svc = eventually("the Gateway Service with the pool port", || async {
+        let svc = services.get_opt("db-aether").await.ok().flatten()?;
+        let n = svc.spec.as_ref()?.ports.as_ref()?.len();
+        (n == 3).then_some(svc)
+    })
+    .await;
+    let ports = svc.spec.and_then(|s| s.ports).unwrap_or_default();
+    let mut seen: Vec<(i32, String)> = ports
+        .iter()
+        .map(|p| (p.port, p.protocol.clone().unwrap_or_default()))
         .collect();
-    ports.sort();
+    seen.sort();
     assert_eq!(
-        ports,
-        vec![(53, "UDP".to_owned()), (5432, "TCP".to_owned())]
+        seen,
+        vec![
+            (53, "UDP".to_owned()),
+            (5432, "TCP".to_owned()),
+            (30007, "TCP".to_owned())
+        ]
     );
+    let internal = ports
+        .iter()
+        .find(|p| p.port == 30007)
+        .and_then(|p| match p.target_port {
+            Some(IntOrString::Int(t)) => u16::try_from(t).ok(),
+            _ => None,
+        })
+        .ok_or("no internal port for the pool port")?;
+    // The edge binds it (the route's backend does not exist, so a connection is
+    // accepted and closed; binding is what this checks).
+    eventually("the pool port's internal port is bound", || async {
+        tokio::net::TcpStream::connect(("127.0.0.1", internal))
+            .await
+            .ok()
+            .map(drop)
+    })
+    .await;
     Ok(())
 }

@@ -43,23 +43,26 @@ pub fn add_listeners(
                 _ => Protocol::Tcp,
             };
             if listener.pool.is_some() {
-                // A pool serves each assigned port, for its route alone. Kubernetes
-                // mode has no internal port for them yet, so pools are standalone-only.
-                if internal_ports.is_some() {
-                    continue;
-                }
+                // A pool serves each assigned port, for its route alone; in Kubernetes
+                // mode on that port's internal port behind the Gateway Service.
                 for (&index, &p) in &listener.pool_ports {
                     let Some((route, _)) = routes.get(index) else {
                         continue;
                     };
-                    let addr = SocketAddr::new(ip, p);
+                    let bind = match internal_ports {
+                        None => Some(p),
+                        Some(all) => all.get(&model.key).and_then(|m| m.get(&p)).copied(),
+                    };
+                    let Some(bind) = bind else { continue };
+                    let addr = SocketAddr::new(ip, bind);
                     let l = Listener::l4(
                         addr,
                         Arc::clone(&gateway),
                         vec![listener.spec.name.as_str().into()],
                         protocol,
                         L4Routes::single(target(&gateway, route)),
-                    );
+                    )
+                    .with_public_port(p);
                     let map = if listener.is_udp() {
                         &mut snapshot.udp
                     } else {

@@ -139,16 +139,6 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
             ((*key).clone(), model)
         })
         .collect();
-    let plan = match addressing {
-        Addressing::LocalPool(_) => None,
-        Addressing::InternalPorts { range, service, .. } => Some(services::plan(
-            store,
-            &ordered,
-            &mut models,
-            *range,
-            service,
-        )),
-    };
 
     let mut resolver = backend::BackendResolver::new(store);
     // HTTPRoutes and GRPCRoutes (in HTTPRoute form) share attachment and route tables.
@@ -183,6 +173,19 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
         .collect();
     statuses.l4_routes = l4::attach(store, &settings.controller_name, &l4_routes, &mut models);
     portpool::apply(&mut models, &l4_routes, &mut statuses.l4_routes);
+
+    // Kubernetes-mode placement comes after attachment: a port pool's listener needs an
+    // internal port for each port it handed to a route.
+    let plan = match addressing {
+        Addressing::LocalPool(_) => None,
+        Addressing::InternalPorts { range, service, .. } => Some(services::plan(
+            store,
+            &ordered,
+            &mut models,
+            *range,
+            service,
+        )),
+    };
 
     let internal = plan.as_ref().map(|p| &p.ports);
     let mut snapshot = translate::snapshot(&models, &routes, internal);

@@ -69,6 +69,14 @@ pub(super) fn plan(
         }
         let protos = protocols.entry(key).or_default();
         for l in model.listeners.iter().filter(|l| l.usable()) {
+            // A port pool listener is served on the ports it handed to routes, each of
+            // them a Service port with its own internal port.
+            if l.pool.is_some() {
+                for p in l.pool_ports.values() {
+                    protos.entry(*p).or_insert_with(|| l.spec.protocol.clone());
+                }
+                continue;
+            }
             if let Some(p) = l.port() {
                 protos.entry(p).or_insert_with(|| l.spec.protocol.clone());
             }
