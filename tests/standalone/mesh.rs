@@ -320,6 +320,39 @@ async fn mesh_mode_is_not_ready_until_it_holds_an_svid() -> TestResult {
     })
     .await?;
     edge.check_alive()?;
+    // An expired SVID is no identity either.
+    write_svid(&dir, "edge", &ca.svid_valid(EDGE_ID, "old", false)?, &ca)?;
+    eventually("the expired SVID is loaded", EVENTUALLY, || async {
+        ensure!(
+            metric(net, "aether_mesh_svid_updates_total").await? >= 1.0,
+            "not loaded yet"
+        );
+        Ok(())
+    })
+    .await?;
+    let r = admin_get(net, "/readyz").await?;
+    ensure!(
+        r.status == StatusCode::SERVICE_UNAVAILABLE,
+        "ready with an expired SVID: {}",
+        r.status
+    );
+    ensure!(
+        metric(net, "aether_mesh_svid_expiry_seconds").await? < 0.0,
+        "expiry gauge not negative"
+    );
+    // Broken PEM keeps what is held (nothing usable here) and is counted.
+    std::fs::write(
+        dir.join("edge.crt"),
+        "-----BEGIN CERTIFICATE-----\ngarbage\n",
+    )?;
+    eventually("the broken SVID file is counted", EVENTUALLY, || async {
+        ensure!(
+            metric(net, "aether_mesh_identity_source_errors_total").await? >= 1.0,
+            "not counted"
+        );
+        Ok(())
+    })
+    .await?;
     write_svid(&dir, "edge", &ca.svid(EDGE_ID, "edge-1")?, &ca)?;
     env.wait_ready(&mut edge).await?;
     let expiry = metric(net, "aether_mesh_svid_expiry_seconds").await?;

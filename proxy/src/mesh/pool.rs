@@ -176,7 +176,10 @@ impl<K: Hash + Eq + Clone + Send + 'static> Pool<K> {
         Fut: Future<Output = Result<IO, UpstreamError>>,
         IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
-        if self.swept.swap(generation, Ordering::AcqRel) != generation {
+        // A plain load first: the swap (a write to a shared line) only on rotation.
+        if self.swept.load(Ordering::Acquire) != generation
+            && self.swept.swap(generation, Ordering::AcqRel) != generation
+        {
             self.sweep(generation);
         }
         let mut dial = Some(dial);

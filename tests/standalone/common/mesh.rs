@@ -54,7 +54,16 @@ impl SpiffeCa {
     /// An SVID for `id` whose subject CN is `cn` (Envoy's XFCC shows it, which tells
     /// SVIDs of one ID apart).
     pub fn svid(&self, id: &str, cn: &str) -> Result<Svid, BoxError> {
+        self.svid_valid(id, cn, true)
+    }
+
+    /// Like `svid`, but valid only in 2020 when `current` is false.
+    pub fn svid_valid(&self, id: &str, cn: &str, current: bool) -> Result<Svid, BoxError> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
+        if !current {
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2020, 12, 31);
+        }
         params.distinguished_name.push(DnType::CommonName, cn);
         params.subject_alt_names = vec![SanType::URI(id.try_into()?)];
         // The spiffe crate refuses a leaf without an explicit CA:FALSE, as SPIRE's are.
