@@ -14,6 +14,7 @@ mod https;
 mod limits;
 mod mesh;
 mod mesh_health;
+mod mesh_pool;
 mod mesh_rotation;
 mod metrics;
 mod reload;
