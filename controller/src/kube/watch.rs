@@ -111,10 +111,13 @@ namespaced!(Secret, Secret, secrets);
 namespaced!(Pod, Pod, pods);
 
 /// Starts one watch per kind, cluster-wide. Secrets are limited to `kubernetes.io/tls`
-/// by a field selector, so the cache never holds the cluster's other Secrets.
-pub fn spawn(client: &Client, shared: &Arc<Shared>) {
+/// by a field selector, so the cache never holds the cluster's other Secrets. Pods are
+/// watched only for mesh mode (`pods`), so other setups need no RBAC on them.
+pub fn spawn(client: &Client, shared: &Arc<Shared>, pods: bool) {
     let all = watcher::Config::default();
-    shared.pending.store(9, Ordering::Release);
+    shared
+        .pending
+        .store(if pods { 9 } else { 8 }, Ordering::Release);
     start::<GatewayClass>(Api::all(client.clone()), all.clone(), shared);
     start::<Gateway>(Api::all(client.clone()), all.clone(), shared);
     start::<HttpRoute>(Api::all(client.clone()), all.clone(), shared);
@@ -122,8 +125,10 @@ pub fn spawn(client: &Client, shared: &Arc<Shared>) {
     start::<Service>(Api::all(client.clone()), all.clone(), shared);
     start::<EndpointSlice>(Api::all(client.clone()), all.clone(), shared);
     start::<Namespace>(Api::all(client.clone()), all.clone(), shared);
-    // Mesh mode's pod identities; the Store trims each Pod to its service account.
-    start::<Pod>(Api::all(client.clone()), all.clone(), shared);
+    if pods {
+        // Mesh mode's pod identities; the Store trims each Pod to its service account.
+        start::<Pod>(Api::all(client.clone()), all.clone(), shared);
+    }
     start::<Secret>(
         Api::all(client.clone()),
         all.fields("type=kubernetes.io/tls"),
