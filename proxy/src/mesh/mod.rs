@@ -64,7 +64,7 @@ pub struct MeshClient {
     port: u16,
     identity: Arc<Identity>,
     connect_timeout: Duration,
-    pool: Pool<Key>,
+    pool: Arc<Pool<Key>>,
 }
 
 impl MeshClient {
@@ -73,7 +73,7 @@ impl MeshClient {
             port: settings.port,
             identity: Arc::clone(&settings.identity),
             connect_timeout,
-            pool: Pool::new(settings.pool.clone()),
+            pool: reaped(Pool::new(settings.pool.clone()), settings.pool.idle_timeout),
         }
     }
 
@@ -180,6 +180,25 @@ impl MeshClient {
         }
         Ok(tls)
     }
+}
+
+/// The pool, with a task that closes its idle connections while it lives.
+fn reaped(pool: Pool<Key>, idle: Duration) -> Arc<Pool<Key>> {
+    let pool = Arc::new(pool);
+    let weak = Arc::downgrade(&pool);
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(async move {
+            let mut tick = tokio::time::interval((idle / 3).max(Duration::from_secs(1)));
+            loop {
+                tick.tick().await;
+                match weak.upgrade() {
+                    Some(pool) => pool.reap_idle(),
+                    None => return,
+                }
+            }
+        });
+    }
+    pool
 }
 
 /// TLS 1.3 only, ALPN h2, our SVID as client certificate, the peer pinned.

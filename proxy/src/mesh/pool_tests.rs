@@ -193,3 +193,27 @@ async fn a_failed_dial_is_reported_and_the_next_request_dials_again() {
         assert!(matches!(r, Err(UpstreamError::Connect(_))));
     }
 }
+
+#[tokio::test]
+async fn idle_connections_are_reaped_and_busy_ones_kept() {
+    let s = server(100).await;
+    let p = Arc::new(Pool::new(PoolSettings {
+        idle_timeout: Duration::from_millis(200),
+        ..PoolSettings::default()
+    }));
+    assert_eq!(get(&p, s.addr, 1, 0).await, 1);
+    let slow = {
+        let p = Arc::clone(&p);
+        let addr = s.addr;
+        tokio::spawn(async move { get(&p, addr, 1, 600).await })
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Busy: its stream is still waiting for the response head.
+    p.reap_idle();
+    assert_eq!(p.connections(&s.addr), 1);
+    assert_eq!(slow.await.unwrap(), 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    p.reap_idle();
+    assert_eq!(p.connections(&s.addr), 0);
+    assert_eq!(get(&p, s.addr, 1, 0).await, 2);
+}
