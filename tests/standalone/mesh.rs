@@ -96,10 +96,14 @@ async fn mesh_request_reaches_the_inbound_listener_over_mtls_as_the_edge() -> Te
             "GET",
             "mesh.example",
             "/hello?x=1",
-            &[(
-                "x-forwarded-client-cert",
-                "URI=spiffe://mesh.test/ns/kube-system/sa/admin",
-            )],
+            &[
+                (
+                    "x-forwarded-client-cert",
+                    "URI=spiffe://mesh.test/ns/kube-system/sa/admin",
+                ),
+                // A client may not pick the workload port behind the inbound listener.
+                ("x-envoy-original-dst-host", "127.77.40.12:9000"),
+            ],
         )
         .await?;
     let e = r.echo()?;
@@ -134,8 +138,21 @@ async fn mesh_request_reaches_the_inbound_listener_over_mtls_as_the_edge() -> Te
     );
 
     // The opted-out Service is reached directly: no inbound listener, no XFCC.
-    let e = env.h1(net.gw(), "direct.example", "/").await?.echo()?;
+    let e = c
+        .send(
+            "GET",
+            "direct.example",
+            "/",
+            &[("x-envoy-original-dst-host", "10.0.0.1:22")],
+        )
+        .await?
+        .echo()?;
     ensure!(e.name() == "direct", "reached {}", e.0);
+    ensure!(
+        e.header("x-envoy-original-dst-host").is_none(),
+        "a client's x-envoy-original-dst-host crossed the edge: {}",
+        e.0
+    );
     ensure!(
         e.header("x-forwarded-client-cert").is_none(),
         "XFCC on a direct request: {}",

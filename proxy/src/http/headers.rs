@@ -10,6 +10,10 @@ pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-p
 /// Set only by whoever terminates mTLS (the mesh's inbound listener); a client's own
 /// would let it claim a mesh identity, so it never crosses the edge.
 pub const X_FORWARDED_CLIENT_CERT: HeaderName = HeaderName::from_static("x-forwarded-client-cert");
+/// Where an Envoy with an ORIGINAL_DST cluster sends the request (mesh mode sets it);
+/// a client's own would pick the destination behind any such Envoy.
+pub const X_ENVOY_ORIGINAL_DST_HOST: HeaderName =
+    HeaderName::from_static("x-envoy-original-dst-host");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 const PROXY_AUTHENTICATE: HeaderName = HeaderName::from_static("proxy-authenticate");
@@ -49,9 +53,10 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// Appends the client address to `x-forwarded-for`, sets `x-forwarded-proto`, and
-/// drops a client-supplied `x-forwarded-client-cert`.
+/// drops a client-supplied `x-forwarded-client-cert` and `x-envoy-original-dst-host`.
 pub fn add_forwarded(headers: &mut HeaderMap, client_ip: &HeaderValue, proto: &'static str) {
     headers.remove(X_FORWARDED_CLIENT_CERT);
+    headers.remove(X_ENVOY_ORIGINAL_DST_HOST);
     let merged = match headers.get(&X_FORWARDED_FOR) {
         Some(prev) if !prev.is_empty() => {
             let mut v = Vec::with_capacity(prev.len() + 2 + client_ip.len());
@@ -96,13 +101,18 @@ mod tests {
     }
 
     #[test]
-    fn client_supplied_xfcc_is_dropped() {
+    fn client_supplied_xfcc_and_original_dst_are_dropped() {
         let mut h = HeaderMap::new();
+        h.insert(
+            X_ENVOY_ORIGINAL_DST_HOST,
+            HeaderValue::from_static("10.0.0.1:22"),
+        );
         h.insert(
             X_FORWARDED_CLIENT_CERT,
             HeaderValue::from_static("URI=spiffe://td/ns/x/sa/admin"),
         );
         add_forwarded(&mut h, &HeaderValue::from_static("127.0.0.9"), "https");
         assert!(!h.contains_key(X_FORWARDED_CLIENT_CERT));
+        assert!(!h.contains_key(X_ENVOY_ORIGINAL_DST_HOST));
     }
 }

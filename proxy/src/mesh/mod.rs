@@ -38,7 +38,7 @@ use crate::http::{Body, UpstreamError};
 use crate::telemetry;
 
 /// The port the destination's workload listens on, for the inbound listener.
-pub const ORIGINAL_DST_HEADER: HeaderName = HeaderName::from_static("x-envoy-original-dst-host");
+pub const ORIGINAL_DST_HEADER: HeaderName = crate::http::X_ENVOY_ORIGINAL_DST_HOST;
 
 /// Endpoints one request may try when connecting fails.
 const ATTEMPTS: usize = 3;
