@@ -39,6 +39,9 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT
 pin() { if [[ $PIN == 1 ]]; then taskset -c "$1" "${@:2}"; else "${@:2}"; fi; }
+# Starts a pinned background process in this shell, so its pid is the process's own
+# (taskset execs) and cleanup can stop it.
+start() { if [[ $PIN == 1 ]]; then taskset -c "$1" "${@:2}" & else "${@:2}" & fi; pids+=($!); }
 
 POD=127.0.0.2 GW=127.0.0.3 ADMIN=127.0.0.3:9901 TD=bench.test
 # PKI: CA, the edge's SVID, the pod's SVID (URI SANs, CA:FALSE, both EKUs).
@@ -141,10 +144,10 @@ YAML
 done
 
 "$ENVOY" --mode validate -c envoy.yaml >validate.log 2>&1 || { cat validate.log; die "envoy config invalid"; }
-pin 0 nginx -c "$run/nginx.conf" -p "$run" >nginx.log 2>&1 & pids+=($!)
-pin 0 "$ENVOY" -c envoy.yaml --concurrency 1 --disable-hot-restart -l warning >envoy.log 2>&1 & pids+=($!)
-TOKIO_WORKER_THREADS=1 RUST_LOG=warn pin 1 "$BIN" run --manifests manifests --admin $ADMIN --mesh \
-  --mesh-svid-cert edge.crt --mesh-svid-key edge.key --mesh-bundle ca.crt >edge.log 2>&1 & pids+=($!)
+start 0 nginx -c "$run/nginx.conf" -p "$run" >nginx.log 2>&1
+start 0 "$ENVOY" -c envoy.yaml --concurrency 1 --disable-hot-restart -l warning >envoy.log 2>&1
+start 1 env TOKIO_WORKER_THREADS=1 RUST_LOG=warn "$BIN" run --manifests manifests --admin $ADMIN --mesh \
+  --mesh-svid-cert edge.crt --mesh-svid-key edge.key --mesh-bundle ca.crt >edge.log 2>&1
 for _ in $(seq 100); do
   curl -fsS -H 'Host: mesh.example' "http://$GW:8080/" >/dev/null 2>&1 && curl -fsS -H 'Host: plain.example' "http://$GW:8080/" >/dev/null 2>&1 && break
   sleep 0.1
@@ -184,6 +187,7 @@ $table
 "
 echo "$section"
 if [[ $RECORD == 1 ]]; then
+  # shellcheck disable=SC2016 # the backticks are Markdown
   [[ -f $here/RESULTS.md ]] || printf '# Mesh-mode benchmark results\n\nAppended by `benches/mesh/run.sh`, newest last.\n\n' >"$here/RESULTS.md"
   printf '%s\n' "$section" >>"$here/RESULTS.md"
 fi
