@@ -315,7 +315,17 @@ async fn mesh_mode_is_not_ready_until_it_holds_an_svid() -> TestResult {
     let env = TestEnv::new(43)?;
     let net = env.net;
     let ca = SpiffeCa::new()?;
-    env.write_manifest("mesh.yaml", &gateway_and_routes(net, &[]))?;
+    let mut m = gateway_and_routes(net, &[("mesh.example", "svc")]);
+    m.push_str(&pod("default", "pod-a", "app"));
+    let pod_ip = IpAddr::V4(net.ip(11));
+    m.push_str(&mesh_backend(
+        "default",
+        "svc",
+        ECHO_PORT,
+        &[(pod_ip, Some("pod-a"))],
+        &[],
+    ));
+    env.write_manifest("mesh.yaml", &m)?;
     let dir = env.dir.path().join("svid");
     std::fs::create_dir_all(&dir)?;
     let paths = [
@@ -351,6 +361,17 @@ async fn mesh_mode_is_not_ready_until_it_holds_an_svid() -> TestResult {
     ensure!(
         r.status == StatusCode::SERVICE_UNAVAILABLE,
         "ready with an expired SVID: {}",
+        r.status
+    );
+    // Nor does it serve mesh traffic with it: the listener answers, the request is 503
+    // before any connection to the pod.
+    let r = eventually("the listener answers", EVENTUALLY, || {
+        env.h1(net.gw(), "mesh.example", "/")
+    })
+    .await?;
+    ensure!(
+        r.status == StatusCode::SERVICE_UNAVAILABLE,
+        "expired SVID, mesh request answered {}",
         r.status
     );
     ensure!(

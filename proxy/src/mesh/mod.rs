@@ -90,6 +90,14 @@ impl MeshClient {
         endpoint: &Endpoint,
         mut req: Request<Body>,
     ) -> Result<Response<Incoming>, UpstreamError> {
+        // Past its expiry the SVID is not used at all, pooled connections included:
+        // the edge is then not ready either, so load balancers are already moving off.
+        // Not the endpoint's fault: no health record, no retry.
+        if !self.identity.is_ready() {
+            return Err(UpstreamError::Connect(
+                "the mesh SVID has expired or none is held".into(),
+            ));
+        }
         let mut tried = [endpoint.addr; ATTEMPTS];
         let mut ep = endpoint;
         for attempt in 1.. {
