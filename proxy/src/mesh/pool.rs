@@ -40,6 +40,9 @@ pub struct PoolSettings {
     pub keepalive_timeout: Duration,
     /// How long a new connection waits for the peer's SETTINGS before use.
     pub settings_wait: Duration,
+    /// Connections per key at most: a peer that allows no streams (or very few) must
+    /// not make every request open another one.
+    pub max_connections: usize,
     /// A connection with no stream for this long is closed (pods come and go; their
     /// connections must not linger until the next SVID rotation).
     pub idle_timeout: Duration,
@@ -53,6 +56,7 @@ impl Default for PoolSettings {
             keepalive_timeout: Duration::from_secs(10),
             settings_wait: Duration::from_secs(1),
             idle_timeout: Duration::from_secs(90),
+            max_connections: 32,
         }
     }
 }
@@ -142,6 +146,7 @@ enum Next {
     Go(Lease),
     Dial,
     Wait(watch::Receiver<u64>),
+    Full,
 }
 
 pub struct Pool<K> {
@@ -204,6 +209,11 @@ impl<K: Hash + Eq + Clone + Send + 'static> Pool<K> {
         loop {
             match self.next(key, generation) {
                 Next::Go(lease) => return Ok(lease),
+                Next::Full => {
+                    return Err(UpstreamError::Connect(
+                        "every connection to the endpoint is full".into(),
+                    ));
+                }
                 Next::Wait(mut rx) => {
                     // The dial in progress ends one way or the other; then look again.
                     let _ = rx.changed().await;
@@ -261,6 +271,9 @@ impl<K: Hash + Eq + Clone + Send + 'static> Pool<K> {
         }
         if entry.dialing {
             return Next::Wait(entry.dialled.subscribe());
+        }
+        if entry.conns.len() >= self.settings.max_connections {
+            return Next::Full;
         }
         entry.dialing = true;
         Next::Dial
