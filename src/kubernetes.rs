@@ -34,7 +34,7 @@ pub async fn run(
         bind: args.listen_address,
     };
     let shared = Arc::new(Shared::default());
-    aether_controller::kube::watch::spawn(&client, &shared);
+    aether_controller::kube::watch::spawn(&client, &shared, args.mesh.mesh);
     let (status_tx, status_rx) = watch::channel(Arc::new(Statuses::default()));
     let (service_tx, service_rx) = watch::channel(Desired::default());
     let writer = StatusWriter::new(

@@ -20,6 +20,7 @@ mod l4_udp;
 mod limits;
 mod mesh;
 mod mesh_health;
+mod mesh_pool;
 mod mesh_rotation;
 mod metrics;
 mod reload;

@@ -247,10 +247,13 @@ l4_kind!(UdpRouteV1, "UDPRoute", "udproutes", Udp);
 l4_kind!(TlsRouteV1, "TLSRoute", "tlsroutes", Tls);
 
 /// Starts one watch per kind, cluster-wide. Secrets are limited to `kubernetes.io/tls`
-/// by a field selector, so the cache never holds the cluster's other Secrets.
-pub fn spawn(client: &Client, shared: &Arc<Shared>) {
+/// by a field selector, so the cache never holds the cluster's other Secrets. Pods are
+/// watched only for mesh mode (`pods`), so other setups need no RBAC on them.
+pub fn spawn(client: &Client, shared: &Arc<Shared>, pods: bool) {
     let all = watcher::Config::default();
-    shared.pending.store(14, Ordering::Release);
+    shared
+        .pending
+        .store(if pods { 14 } else { 13 }, Ordering::Release);
     start::<GatewayClass>(Api::all(client.clone()), all.clone(), shared);
     start::<RawGateway>(Api::all(client.clone()), all.clone(), shared);
     start::<HttpRoute>(Api::all(client.clone()), all.clone(), shared);
@@ -265,8 +268,10 @@ pub fn spawn(client: &Client, shared: &Arc<Shared>) {
     // Every ConfigMap is listed (a CA bundle can't be told apart by a selector), but
     // the Store keeps only their `ca.crt`.
     start::<ConfigMap>(Api::all(client.clone()), all.clone(), shared);
-    // Mesh mode's pod identities; the Store trims each Pod to its service account.
-    start::<Pod>(Api::all(client.clone()), all.clone(), shared);
+    if pods {
+        // Mesh mode's pod identities; the Store trims each Pod to its service account.
+        start::<Pod>(Api::all(client.clone()), all.clone(), shared);
+    }
     start::<Secret>(
         Api::all(client.clone()),
         all.fields("type=kubernetes.io/tls"),

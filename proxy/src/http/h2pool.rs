@@ -4,7 +4,8 @@
 //! HTTP/2 is also the `:authority` the backend sees. A proxy must send the client's
 //! host there while connecting to a chosen endpoint, so HTTP/2 upstreams get this small
 //! pool keyed by endpoint address instead. One connection per endpoint carries every
-//! stream; it is replaced when it closes. (Mesh mode's mTLS HTTP/2 will reuse it.)
+//! stream; it is replaced when it closes. (Mesh mode's mTLS HTTP/2 has its own pool of
+//! several connections per pod: `crate::mesh`.)
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -10,6 +10,10 @@ pub const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-p
 /// Set only by whoever terminates mTLS (the mesh's inbound listener); a client's own
 /// would let it claim a mesh identity, so it never crosses the edge.
 pub const X_FORWARDED_CLIENT_CERT: HeaderName = HeaderName::from_static("x-forwarded-client-cert");
+/// Where an Envoy with an ORIGINAL_DST cluster sends the request (mesh mode sets it);
+/// a client's own would pick the destination behind any such Envoy.
+pub const X_ENVOY_ORIGINAL_DST_HOST: HeaderName =
+    HeaderName::from_static("x-envoy-original-dst-host");
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 const PROXY_AUTHENTICATE: HeaderName = HeaderName::from_static("proxy-authenticate");
@@ -49,7 +53,8 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// Sets `x-forwarded-for` and `x-forwarded-proto` for the upstream, and drops a
-/// client-supplied `x-forwarded-client-cert` (only a mesh peer may vouch for one).
+/// client-supplied `x-forwarded-client-cert` (only a mesh peer may vouch for one) and
+/// `x-envoy-original-dst-host` (the mesh's routing header is the edge's to set).
 ///
 /// Only the last `trusted_hops` entries of the client's `x-forwarded-for` survive:
 /// those were appended by proxies in front of the edge that the operator vouches for
@@ -65,6 +70,7 @@ pub fn add_forwarded(
     trusted_hops: usize,
 ) {
     headers.remove(X_FORWARDED_CLIENT_CERT);
+    headers.remove(X_ENVOY_ORIGINAL_DST_HOST);
     let kept = if trusted_hops == 0 {
         None
     } else {
@@ -155,13 +161,18 @@ mod tests {
     }
 
     #[test]
-    fn client_supplied_xfcc_is_dropped() {
+    fn client_supplied_xfcc_and_original_dst_are_dropped() {
         let mut h = HeaderMap::new();
+        h.insert(
+            X_ENVOY_ORIGINAL_DST_HOST,
+            HeaderValue::from_static("10.0.0.1:22"),
+        );
         h.insert(
             X_FORWARDED_CLIENT_CERT,
             HeaderValue::from_static("URI=spiffe://td/ns/x/sa/admin"),
         );
         add_forwarded(&mut h, &HeaderValue::from_static("127.0.0.9"), "https", 0);
         assert!(!h.contains_key(X_FORWARDED_CLIENT_CERT));
+        assert!(!h.contains_key(X_ENVOY_ORIGINAL_DST_HOST));
     }
 }

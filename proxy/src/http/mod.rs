@@ -25,7 +25,7 @@ use http_body_util::{Either, Full};
 use hyper::body::{Body as _, Incoming};
 
 pub use error::{ProxyError, local_response};
-pub use headers::{X_FORWARDED_FOR, X_FORWARDED_PROTO};
+pub use headers::{X_ENVOY_ORIGINAL_DST_HOST, X_FORWARDED_FOR, X_FORWARDED_PROTO};
 pub use upstream::{UpstreamError, UpstreamSettings, Upstreams};
 pub(crate) use upstream::{record_failure, record_health};
 

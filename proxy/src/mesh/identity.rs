@@ -132,9 +132,13 @@ impl Identity {
         self.generation.load(Ordering::Acquire)
     }
 
-    /// Ready means: an unexpired SVID is held.
+    /// Ready means: an unexpired SVID is held. (No reference count taken: this is
+    /// asked on every mesh request.)
     pub fn is_ready(&self) -> bool {
-        self.current().is_some()
+        self.current
+            .load()
+            .as_ref()
+            .is_some_and(|m| m.expires_in() > 0)
     }
 
     /// Keeps `aether_mesh_svid_expiry_seconds` current and warns while the SVID is

@@ -38,7 +38,7 @@ use crate::http::{Body, UpstreamError};
 use crate::telemetry;
 
 /// The port the destination's workload listens on, for the inbound listener.
-pub const ORIGINAL_DST_HEADER: HeaderName = HeaderName::from_static("x-envoy-original-dst-host");
+pub const ORIGINAL_DST_HEADER: HeaderName = crate::http::X_ENVOY_ORIGINAL_DST_HOST;
 
 /// Endpoints one request may try when connecting fails.
 const ATTEMPTS: usize = 3;
@@ -64,7 +64,7 @@ pub struct MeshClient {
     port: u16,
     identity: Arc<Identity>,
     connect_timeout: Duration,
-    pool: Pool<Key>,
+    pool: Arc<Pool<Key>>,
 }
 
 impl MeshClient {
@@ -73,7 +73,7 @@ impl MeshClient {
             port: settings.port,
             identity: Arc::clone(&settings.identity),
             connect_timeout,
-            pool: Pool::new(settings.pool.clone()),
+            pool: reaped(Pool::new(settings.pool.clone()), settings.pool.idle_timeout),
         }
     }
 
@@ -90,6 +90,14 @@ impl MeshClient {
         endpoint: &Endpoint,
         mut req: Request<Body>,
     ) -> Result<Response<Incoming>, UpstreamError> {
+        // Past its expiry the SVID is not used at all, pooled connections included:
+        // the edge is then not ready either, so load balancers are already moving off.
+        // Not the endpoint's fault: no health record, no retry.
+        if !self.identity.is_ready() {
+            return Err(UpstreamError::Connect(
+                "the mesh SVID has expired or none is held".into(),
+            ));
+        }
         let mut tried = [endpoint.addr; ATTEMPTS];
         let mut ep = endpoint;
         for attempt in 1.. {
@@ -180,6 +188,25 @@ impl MeshClient {
         }
         Ok(tls)
     }
+}
+
+/// The pool, with a task that closes its idle connections while it lives.
+fn reaped(pool: Pool<Key>, idle: Duration) -> Arc<Pool<Key>> {
+    let pool = Arc::new(pool);
+    let weak = Arc::downgrade(&pool);
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn(async move {
+            let mut tick = tokio::time::interval((idle / 3).max(Duration::from_secs(1)));
+            loop {
+                tick.tick().await;
+                match weak.upgrade() {
+                    Some(pool) => pool.reap_idle(),
+                    None => return,
+                }
+            }
+        });
+    }
+    pool
 }
 
 /// TLS 1.3 only, ALPN h2, our SVID as client certificate, the peer pinned.

@@ -40,6 +40,12 @@ pub struct PoolSettings {
     pub keepalive_timeout: Duration,
     /// How long a new connection waits for the peer's SETTINGS before use.
     pub settings_wait: Duration,
+    /// Connections per key at most: a peer that allows no streams (or very few) must
+    /// not make every request open another one.
+    pub max_connections: usize,
+    /// A connection with no stream for this long is closed (pods come and go; their
+    /// connections must not linger until the next SVID rotation).
+    pub idle_timeout: Duration,
 }
 
 impl Default for PoolSettings {
@@ -49,6 +55,8 @@ impl Default for PoolSettings {
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
             settings_wait: Duration::from_secs(1),
+            idle_timeout: Duration::from_secs(90),
+            max_connections: 32,
         }
     }
 }
@@ -58,6 +66,8 @@ struct Conn {
     active: AtomicUsize,
     peer: Arc<PeerState>,
     generation: u64,
+    /// When a stream last finished on it (ms on the pool's clock), for idle reaping.
+    last_used: AtomicU64,
 }
 
 impl Conn {
@@ -99,8 +109,20 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        self.0.last_used.store(now_ms(), Ordering::Relaxed);
         self.0.active.fetch_sub(1, Ordering::AcqRel);
     }
+}
+
+fn now_ms() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    u64::try_from(
+        EPOCH
+            .get_or_init(std::time::Instant::now)
+            .elapsed()
+            .as_millis(),
+    )
+    .unwrap_or(u64::MAX)
 }
 
 struct Entry {
@@ -124,6 +146,7 @@ enum Next {
     Go(Lease),
     Dial,
     Wait(watch::Receiver<u64>),
+    Full,
 }
 
 pub struct Pool<K> {
@@ -176,13 +199,21 @@ impl<K: Hash + Eq + Clone + Send + 'static> Pool<K> {
         Fut: Future<Output = Result<IO, UpstreamError>>,
         IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
     {
-        if self.swept.swap(generation, Ordering::AcqRel) != generation {
+        // A plain load first: the swap (a write to a shared line) only on rotation.
+        if self.swept.load(Ordering::Acquire) != generation
+            && self.swept.swap(generation, Ordering::AcqRel) != generation
+        {
             self.sweep(generation);
         }
         let mut dial = Some(dial);
         loop {
             match self.next(key, generation) {
                 Next::Go(lease) => return Ok(lease),
+                Next::Full => {
+                    return Err(UpstreamError::Connect(
+                        "every connection to the endpoint is full".into(),
+                    ));
+                }
                 Next::Wait(mut rx) => {
                     // The dial in progress ends one way or the other; then look again.
                     let _ = rx.changed().await;
@@ -241,6 +272,9 @@ impl<K: Hash + Eq + Clone + Send + 'static> Pool<K> {
         if entry.dialing {
             return Next::Wait(entry.dialled.subscribe());
         }
+        if entry.conns.len() >= self.settings.max_connections {
+            return Next::Full;
+        }
         entry.dialing = true;
         Next::Dial
     }
@@ -256,6 +290,22 @@ impl<K: Hash + Eq + Clone + Send + 'static> Pool<K> {
 
     /// Drops every connection made with another generation (they finish their
     /// in-flight streams first) and keys left with none.
+    /// Closes connections idle for longer than the idle timeout and forgets keys left
+    /// with none. Called periodically by the pool's owner.
+    pub fn reap_idle(&self) {
+        let idle = u64::try_from(self.settings.idle_timeout.as_millis()).unwrap_or(u64::MAX);
+        let now = now_ms();
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.retain(|_, e| {
+                e.conns.retain(|c| {
+                    c.active.load(Ordering::Acquire) > 0
+                        || now.saturating_sub(c.last_used.load(Ordering::Relaxed)) < idle
+                });
+                !e.conns.is_empty() || e.dialing
+            });
+        }
+    }
+
     fn sweep(&self, generation: u64) {
         if let Ok(mut entries) = self.entries.lock() {
             entries.retain(|_, e| {
@@ -294,6 +344,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> Pool<K> {
             active: AtomicUsize::new(0),
             peer,
             generation,
+            last_used: AtomicU64::new(now_ms()),
         }))
     }
 }

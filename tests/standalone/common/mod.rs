@@ -339,6 +339,7 @@ where
 // Declared after `ensure!` so the submodules can use it.
 mod admin;
 mod clients;
+mod envoy;
 mod l4;
 mod mesh;
 mod process;
