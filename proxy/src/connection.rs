@@ -30,6 +30,9 @@ pub struct Connections {
     pub local: SocketAddr,
     pub builder: auto::Builder<TokioExecutor>,
     pub tls: Arc<ServerConfig>,
+    /// The same without ALPN, for TLS terminated in front of a TLSRoute backend: the
+    /// edge must not agree to an application protocol on the backend's behalf.
+    pub tls_l4: Arc<ServerConfig>,
     pub active: Gauge,
     /// Fired at the drain deadline to close connections still open then.
     pub force_close: CancellationToken,
@@ -55,7 +58,15 @@ impl Connections {
             if let Some((protocol, routes)) = l4 {
                 // Held while bytes flow, so a removed listener's drain waits for it.
                 let _watcher = watcher;
-                crate::l4::serve_stream(stream, peer, protocol, &routes, &this.force_close).await;
+                crate::l4::serve_stream(
+                    stream,
+                    peer,
+                    protocol,
+                    &routes,
+                    &this.tls_l4,
+                    &this.force_close,
+                )
+                .await;
             } else if terminates_tls {
                 let acceptor = TlsAcceptor::from(Arc::clone(&this.tls));
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {

@@ -223,11 +223,17 @@ async fn serve(
             return;
         }
     };
+    let tls_l4 = {
+        let mut c = (*tls).clone();
+        c.alpn_protocols.clear();
+        Arc::new(c)
+    };
     let connections = Connections {
         state: Arc::clone(&state),
         local,
         builder: limits.server_builder(),
         tls,
+        tls_l4,
         active: telemetry::active_connections(&label),
         force_close: CancellationToken::new(),
     };

@@ -131,4 +131,7 @@ pub enum Protocol {
     Udp,
     /// TLS left untouched, routed by the ClientHello's SNI to TLSRoute backends.
     TlsPassthrough,
+    /// TLS ended here with the listener's certificate (by SNI); the decrypted stream
+    /// goes to the TLSRoute backends for that name.
+    TlsTerminate,
 }

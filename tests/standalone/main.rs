@@ -28,4 +28,5 @@ mod routing;
 mod shutdown;
 mod status;
 mod tls_passthrough;
+mod tls_terminate;
 mod upgrade;

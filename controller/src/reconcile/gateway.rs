@@ -55,11 +55,17 @@ impl ListenerModel<'_> {
     pub fn usable(&self) -> bool {
         self.accepted.is_ok()
             && self.conflict.is_none()
-            && (!self.is_https() || self.certificate.is_some())
+            && (!self.terminates_tls() || self.certificate.is_some())
     }
 
     pub fn is_https(&self) -> bool {
         self.spec.protocol == "HTTPS"
+    }
+
+    /// Does this listener end TLS with its own certificate (HTTPS, or TLS in
+    /// Terminate mode forwarding the decrypted stream to TLSRoute backends)?
+    pub fn terminates_tls(&self) -> bool {
+        self.is_https() || (self.spec.protocol == "TLS" && !is_passthrough(self.spec))
     }
 
     /// Listeners that share a port conflict only on the same transport: a UDP listener
@@ -150,7 +156,7 @@ pub fn listeners<'g>(
     let mut out: Vec<ListenerModel<'g>> = gateway.spec.listeners.iter().map(validate).collect();
     for l in out
         .iter_mut()
-        .filter(|l| l.accepted.is_ok() && l.is_https())
+        .filter(|l| l.accepted.is_ok() && l.terminates_tls())
     {
         match certificates::resolve(store, gateway_ns, l.spec.tls.as_ref()) {
             Ok(cert) => l.certificate = Some(cert),
@@ -184,7 +190,10 @@ pub fn listeners<'g>(
             out[j].usable()
                 && out[j].spec.port == out[i].spec.port
                 && out[j].is_udp() == out[i].is_udp()
-                && out[j].spec.protocol != out[i].spec.protocol
+                // TLS passthrough and TLS terminate can't share a socket either: one
+                // answers the ClientHello, the other must not.
+                && (out[j].spec.protocol != out[i].spec.protocol
+                    || out[j].terminates_tls() != out[i].terminates_tls())
         });
         if let Some(j) = clash {
             let msg = format!(
@@ -245,14 +254,6 @@ fn validate(spec: &GatewayListeners) -> ListenerModel<'_> {
                 "protocol {} is not supported; HTTP, HTTPS, TCP, UDP and TLS are",
                 spec.protocol
             ),
-        ));
-        return model;
-    }
-    if spec.protocol == "TLS" && !is_passthrough(spec) {
-        model.accepted = Err((
-            "UnsupportedValue",
-            "TLS listeners support tls.mode Passthrough only; terminate TLS with an HTTPS listener"
-                .to_owned(),
         ));
         return model;
     }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use aether_proxy::backend::{BackendSet, BackendTarget, WeightedBackend};
 use aether_proxy::filters::Filters;
 use aether_proxy::l4::{L4Routes, L4Target};
+use aether_proxy::tls::TlsCerts;
 use aether_proxy::{Listener, Protocol, Snapshot};
 
 use super::gateway::GatewayModel;
@@ -17,6 +18,8 @@ use crate::store::ObjectKey;
 /// What the L4 listeners sharing one (transport, port) contribute to its socket.
 struct Plan {
     protocol: Protocol,
+    /// Certificates by SNI of TLS-terminating listeners.
+    tls: Option<TlsCerts>,
     sections: Vec<Arc<str>>,
     /// (route index, hostname) in listener order.
     entries: Vec<(usize, Option<String>)>,
@@ -39,6 +42,7 @@ pub fn add_listeners(
             };
             let protocol = match listener.spec.protocol.as_str() {
                 "UDP" => Protocol::Udp,
+                "TLS" if listener.terminates_tls() => Protocol::TlsTerminate,
                 "TLS" => Protocol::TlsPassthrough,
                 _ => Protocol::Tcp,
             };
@@ -76,10 +80,16 @@ pub fn add_listeners(
                 .entry((listener.is_udp(), port))
                 .or_insert_with(|| Plan {
                     protocol,
+                    tls: None,
                     sections: Vec::new(),
                     entries: Vec::new(),
                 });
             plan.sections.push(listener.spec.name.as_str().into());
+            if let Some(cert) = &listener.certificate {
+                plan.tls
+                    .get_or_insert_with(TlsCerts::default)
+                    .add(listener.spec.hostname.as_deref(), Arc::clone(cert));
+            }
             for att in &listener.l4_attachments {
                 for host in &att.hostnames {
                     plan.entries.push((att.route, host.clone()));
@@ -109,9 +119,10 @@ pub fn add_listeners(
                 l4.add(host.as_deref(), Arc::clone(target));
             }
             let addr = SocketAddr::new(ip, bind);
-            let listener =
+            let mut listener =
                 Listener::l4(addr, Arc::clone(&gateway), plan.sections, plan.protocol, l4)
                     .with_public_port(port);
+            listener.tls = plan.tls;
             let map = if udp {
                 &mut snapshot.udp
             } else {

@@ -7,6 +7,7 @@
 pub mod passthrough;
 pub mod sni;
 pub mod tcp;
+mod terminate;
 pub mod udp;
 
 use std::sync::Arc;
@@ -80,16 +81,21 @@ impl std::fmt::Debug for L4Stats {
     }
 }
 
-/// Serves one accepted connection of a TCP or TLS-passthrough socket.
+/// Serves one accepted connection of a TCP or TLS (passthrough or terminate) socket.
+/// `tls` is the socket's server configuration for terminating.
 pub async fn serve_stream(
     stream: tokio::net::TcpStream,
     peer: std::net::SocketAddr,
     protocol: crate::Protocol,
     routes: &L4Routes,
+    tls: &Arc<rustls::ServerConfig>,
     force_close: &tokio_util::sync::CancellationToken,
 ) {
     if protocol == crate::Protocol::TlsPassthrough {
         return passthrough::serve(stream, peer, routes, force_close).await;
+    }
+    if protocol == crate::Protocol::TlsTerminate {
+        return terminate::serve(stream, peer, routes, tls, force_close).await;
     }
     match routes.lookup(None) {
         Some(target) => tcp::forward(stream, peer, target, &[], force_close).await,

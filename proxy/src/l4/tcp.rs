@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
@@ -20,8 +20,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// stops sending, the other side's write half is shut down and the opposite direction
 /// keeps flowing. A connection that can't be forwarded (no endpoint, connect failure)
 /// is reset, so the client sees a failure rather than an empty answer.
-pub async fn forward(
-    mut client: TcpStream,
+pub async fn forward<S: ClientStream>(
+    mut client: S,
     peer: SocketAddr,
     target: &L4Target,
     first: &[u8],
@@ -80,9 +80,26 @@ pub async fn forward(
     }
 }
 
+/// A client connection: plain TCP, or TLS the edge terminated over it.
+pub trait ClientStream: AsyncRead + AsyncWrite + Unpin {
+    fn tcp(&self) -> &TcpStream;
+}
+
+impl ClientStream for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
+impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
+    fn tcp(&self) -> &TcpStream {
+        self.get_ref().0
+    }
+}
+
 /// Closes with RST: linger 0 makes the kernel drop the connection instead of a FIN.
-fn reset(client: TcpStream) {
-    if let Err(e) = socket2::SockRef::from(&client).set_linger(Some(Duration::ZERO)) {
+fn reset<S: ClientStream>(client: S) {
+    if let Err(e) = socket2::SockRef::from(client.tcp()).set_linger(Some(Duration::ZERO)) {
         tracing::debug!(error = %e, "set_linger failed");
     }
     drop(client);

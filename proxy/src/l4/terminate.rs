@@ -1,0 +1,44 @@
+//! TLSRoute in Terminate mode: the edge completes the handshake with the listener's
+//! certificate for the client's SNI, then forwards the decrypted stream to the
+//! TLSRoute backends for that name, byte for byte (no HTTP is parsed).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpStream;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+use super::passthrough::HELLO_TIMEOUT;
+use super::{L4Routes, refused, tcp};
+use crate::telemetry;
+
+pub async fn serve(
+    client: TcpStream,
+    peer: SocketAddr,
+    routes: &L4Routes,
+    tls: &Arc<rustls::ServerConfig>,
+    force_close: &CancellationToken,
+) {
+    let acceptor = TlsAcceptor::from(Arc::clone(tls));
+    let stream = match tokio::time::timeout(HELLO_TIMEOUT, acceptor.accept(client)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            metrics::counter!(telemetry::TLS_HANDSHAKE_ERRORS_TOTAL).increment(1);
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            metrics::counter!(telemetry::TLS_HANDSHAKE_ERRORS_TOTAL).increment(1);
+            tracing::debug!(%peer, "TLS handshake timed out");
+            return;
+        }
+    };
+    let name = stream.get_ref().1.server_name().map(str::to_owned);
+    let Some(target) = routes.lookup(name.as_deref()) else {
+        tracing::debug!(%peer, sni = ?name, "no TLSRoute for this server name");
+        refused("no_route");
+        return;
+    };
+    tcp::forward(stream, peer, target, &[], force_close).await;
+}
