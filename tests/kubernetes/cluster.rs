@@ -21,7 +21,10 @@ const TOKEN: &str = "aether-test-token";
 pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub kubeconfig: PathBuf,
+    /// etcd, then the apiserver.
     procs: Vec<Child>,
+    /// How the apiserver was started, to start it again.
+    apiserver: (PathBuf, Vec<String>),
 }
 
 impl Drop for Cluster {
@@ -104,24 +107,25 @@ impl Cluster {
                 .spawn()?,
         );
         let file = |n: &str| d.join(n).display().to_string();
+        let apiserver_args: Vec<String> = vec![
+            format!("--etcd-servers=http://127.0.0.1:{client_port}"),
+            "--bind-address=127.0.0.1".to_owned(),
+            "--advertise-address=127.0.0.1".to_owned(),
+            format!("--secure-port={secure_port}"),
+            format!("--tls-cert-file={}", file("serving.crt")),
+            format!("--tls-private-key-file={}", file("serving.key")),
+            format!("--cert-dir={}", file("certs")),
+            "--authorization-mode=AlwaysAllow".to_owned(),
+            format!("--token-auth-file={}", file("tokens.csv")),
+            "--service-account-issuer=https://kubernetes.default.svc".to_owned(),
+            format!("--service-account-key-file={}", file("sa.pub")),
+            format!("--service-account-signing-key-file={}", file("sa.key")),
+            "--service-cluster-ip-range=10.96.0.0/16".to_owned(),
+            "--enable-priority-and-fairness=false".to_owned(),
+        ];
         procs.push(
             Command::new(&apiserver)
-                .args([
-                    format!("--etcd-servers=http://127.0.0.1:{client_port}"),
-                    "--bind-address=127.0.0.1".to_owned(),
-                    "--advertise-address=127.0.0.1".to_owned(),
-                    format!("--secure-port={secure_port}"),
-                    format!("--tls-cert-file={}", file("serving.crt")),
-                    format!("--tls-private-key-file={}", file("serving.key")),
-                    format!("--cert-dir={}", file("certs")),
-                    "--authorization-mode=AlwaysAllow".to_owned(),
-                    format!("--token-auth-file={}", file("tokens.csv")),
-                    "--service-account-issuer=https://kubernetes.default.svc".to_owned(),
-                    format!("--service-account-key-file={}", file("sa.pub")),
-                    format!("--service-account-signing-key-file={}", file("sa.key")),
-                    "--service-cluster-ip-range=10.96.0.0/16".to_owned(),
-                    "--enable-priority-and-fairness=false".to_owned(),
-                ])
+                .args(&apiserver_args)
                 .stdout(log("apiserver.log")?)
                 .stderr(log("apiserver.log")?)
                 .spawn()?,
@@ -138,12 +142,37 @@ impl Cluster {
             dir,
             kubeconfig,
             procs,
+            apiserver: (apiserver.clone(), apiserver_args),
         };
         let client = cluster.client().await?;
         cluster.wait_ready(&client).await?;
         cluster.install_crds(&client).await?;
         cluster.patch_routability()?;
         Ok(Some(cluster))
+    }
+
+    /// Stops the apiserver (etcd keeps the data), waits `down`, starts it again and
+    /// waits until it serves: what clients see when the control plane restarts.
+    pub async fn restart_apiserver(&mut self, down: std::time::Duration) -> Result<(), BoxError> {
+        if let Some(p) = self.procs.get_mut(1) {
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+        tokio::time::sleep(down).await;
+        let log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.path().join("apiserver.log"))?;
+        let (bin, args) = &self.apiserver;
+        let child = Command::new(bin)
+            .args(args)
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        if let Some(slot) = self.procs.get_mut(1) {
+            *slot = child;
+        }
+        let client = self.client().await?;
+        self.wait_ready(&client).await
     }
 
     pub async fn client(&self) -> Result<Client, BoxError> {

@@ -6,6 +6,7 @@
 mod chart;
 mod cluster;
 mod l4;
+mod restart;
 mod routability;
 
 use std::future::Future;

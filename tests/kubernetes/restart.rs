@@ -1,0 +1,113 @@
+//! The API server goes away and comes back: the edge keeps serving meanwhile, its
+//! watches resume, a change made after the restart is reconciled, and nothing is
+//! written twice.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use gateway_api::gateways::Gateway;
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::cluster::{BoxError, Cluster};
+use crate::{apply, edge, eventually};
+
+async fn gateway(client: &Client, listeners: serde_json::Value) {
+    apply(
+        &Api::<Gateway>::namespaced(client.clone(), "r"),
+        "g",
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": "g", "namespace": "r"},
+               "spec": {"gatewayClassName": "aether", "listeners": listeners}}),
+    )
+    .await;
+}
+
+/// Distinct resourceVersions of the Gateway and its Service seen over `window`, less
+/// the two starting ones: how many writes happened.
+async fn writes(client: &Client, window: Duration) -> usize {
+    let gateways = Api::<Gateway>::namespaced(client.clone(), "r");
+    let services = Api::<Service>::namespaced(client.clone(), "r");
+    let mut seen = BTreeSet::new();
+    let end = Instant::now() + window;
+    while Instant::now() < end {
+        if let (Ok(g), Ok(s)) = (gateways.get("g").await, services.get("g-aether").await) {
+            seen.insert(("g", g.metadata.resource_version.unwrap_or_default()));
+            seen.insert(("s", s.metadata.resource_version.unwrap_or_default()));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    seen.len().saturating_sub(2)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apiserver_restart_resumes_watches_without_duplicate_writes() -> Result<(), BoxError> {
+    let Some(mut cluster) = Cluster::start().await? else {
+        return Ok(());
+    };
+    let client = cluster.client().await?;
+    for ns in ["r", "aether-system"] {
+        apply(
+            &Api::<Namespace>::all(client.clone()),
+            ns,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .await;
+    }
+    apply(
+        &Api::<gateway_api::gatewayclasses::GatewayClass>::all(client.clone()),
+        "aether",
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+               "metadata": {"name": "aether"}, "spec": {"controllerName": "aether.io/edge"}}),
+    )
+    .await;
+    gateway(
+        &client,
+        json!([{"name": "http", "port": 80, "protocol": "HTTP"}]),
+    )
+    .await;
+    let mut edge_proc = edge(&cluster, "127.0.0.1", "restart");
+    let services = Api::<Service>::namespaced(client.clone(), "r");
+    let ports = |svc: &Service| -> Vec<i32> {
+        svc.spec
+            .iter()
+            .flat_map(|s| s.ports.iter().flatten())
+            .map(|p| p.port)
+            .collect()
+    };
+    eventually("the Gateway Service", || async {
+        let svc = services.get_opt("g-aether").await.ok()??;
+        (ports(&svc) == vec![80]).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // Down for a few seconds, then back: the edge survives and writes nothing new.
+    cluster.restart_apiserver(Duration::from_secs(3)).await?;
+    let client = cluster.client().await?;
+    assert!(
+        edge_proc.0.try_wait()?.is_none(),
+        "the edge exited while the API server was down"
+    );
+    let after = writes(&client, Duration::from_secs(4)).await;
+    assert_eq!(
+        after, 0,
+        "{after} writes after the restart with nothing changed"
+    );
+
+    // The watches resumed: a change made now is reconciled.
+    gateway(
+        &client,
+        json!([{"name": "http", "port": 80, "protocol": "HTTP"},
+               {"name": "alt", "port": 8080, "protocol": "HTTP"}]),
+    )
+    .await;
+    let services = Api::<Service>::namespaced(client.clone(), "r");
+    eventually("the new listener port on the Service", || async {
+        let svc = services.get_opt("g-aether").await.ok()??;
+        (ports(&svc) == vec![80, 8080]).then_some(())
+    })
+    .await;
+    Ok(())
+}
