@@ -187,6 +187,13 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     )?;
     // Lets a restarted edge rebind while old connections sit in TIME_WAIT.
     socket.set_reuse_address(true)?;
+    // Lets a new edge process bind the same listeners while the old one drains (a
+    // hitless restart or upgrade on one host): the kernel spreads new connections over
+    // both until the old one closes its socket. Only sockets of the same user that
+    // also ask for it can join, so a foreign process on the port still makes the bind
+    // fail (and be reported).
+    #[cfg(unix)]
+    socket.set_reuse_port(true)?;
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     socket.listen(BACKLOG)?;

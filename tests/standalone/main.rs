@@ -27,6 +27,7 @@ mod reload;
 mod routing;
 mod shutdown;
 mod status;
+mod takeover;
 mod tls_passthrough;
 mod tls_terminate;
 mod upgrade;

@@ -150,7 +150,7 @@ impl TestEnv {
         Ok(())
     }
 
-    fn spawn(&self, label: &str, args: &[String]) -> Result<Proc, BoxError> {
+    pub fn spawn(&self, label: &str, args: &[String]) -> Result<Proc, BoxError> {
         let log_path = self.dir.path().join(format!("{label}.log"));
         let log = File::create(&log_path)?;
         let log2 = log.try_clone()?;
