@@ -3,7 +3,7 @@
 //! that must not hold anything up.
 
 use gateway_api::gateways::Gateway;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
@@ -24,21 +24,7 @@ async fn tcp_routes_get_status_and_udp_listeners_udp_service_ports() -> Result<(
         return Ok(());
     };
     let client = cluster.client().await?;
-    for ns in ["l4", "aether-system"] {
-        apply(
-            &Api::<Namespace>::all(client.clone()),
-            ns,
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-        )
-        .await;
-    }
-    apply(
-        &Api::<gateway_api::gatewayclasses::GatewayClass>::all(client.clone()),
-        "aether",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
-               "metadata": {"name": "aether"}, "spec": {"controllerName": "aether.io/edge"}}),
-    )
-    .await;
+    crate::class_and_namespaces(&client, &["l4"]).await;
     apply(
         &Api::<Gateway>::namespaced(client.clone(), "l4"),
         "db",

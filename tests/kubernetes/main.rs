@@ -103,6 +103,26 @@ where
     .unwrap_or_else(|e| panic!("apply {name}: {e}"));
 }
 
+/// The GatewayClass `aether` (ours), the namespaces `namespaces`, and `aether-system`
+/// (the edge's: it holds the writer Lease).
+async fn class_and_namespaces(client: &Client, namespaces: &[&str]) {
+    for ns in namespaces.iter().chain(&["aether-system"]) {
+        apply(
+            &Api::<Namespace>::all(client.clone()),
+            ns,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+        )
+        .await;
+    }
+    apply(
+        &Api::<GatewayClass>::all(client.clone()),
+        "aether",
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+               "metadata": {"name": "aether"}, "spec": {"controllerName": "aether.io/edge"}}),
+    )
+    .await;
+}
+
 /// Namespaces, the class, Gateways `a` (ns one) and `b` (ns two), and a route on `a`
 /// that redirects. (A real API server refuses loopback EndpointSlice addresses, and
 /// tests stay on loopback, so the route answers at the edge instead of proxying.)

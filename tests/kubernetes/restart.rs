@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use gateway_api::gateways::Gateway;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -47,21 +47,7 @@ async fn an_apiserver_restart_resumes_watches_without_duplicate_writes() -> Resu
         return Ok(());
     };
     let client = cluster.client().await?;
-    for ns in ["r", "aether-system"] {
-        apply(
-            &Api::<Namespace>::all(client.clone()),
-            ns,
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-        )
-        .await;
-    }
-    apply(
-        &Api::<gateway_api::gatewayclasses::GatewayClass>::all(client.clone()),
-        "aether",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
-               "metadata": {"name": "aether"}, "spec": {"controllerName": "aether.io/edge"}}),
-    )
-    .await;
+    crate::class_and_namespaces(&client, &["r"]).await;
     gateway(
         &client,
         json!([{"name": "http", "port": 80, "protocol": "HTTP"}]),

@@ -3,7 +3,7 @@
 //! provides it, and the conditions read as the GEP states.
 
 use gateway_api::gateways::Gateway;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
@@ -68,22 +68,7 @@ async fn routability_scopes_services_and_conditions() -> Result<(), BoxError> {
         return Ok(());
     };
     let client = cluster.client().await?;
-    // "aether-system" holds the writer Lease.
-    for ns in ["scopes", "aether-system"] {
-        apply(
-            &Api::<Namespace>::all(client.clone()),
-            ns,
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-        )
-        .await;
-    }
-    apply(
-        &Api::<gateway_api::gatewayclasses::GatewayClass>::all(client.clone()),
-        "aether",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
-               "metadata": {"name": "aether"}, "spec": {"controllerName": "aether.io/edge"}}),
-    )
-    .await;
+    crate::class_and_namespaces(&client, &["scopes"]).await;
     gateway(
         &client,
         "internal",
