@@ -6,6 +6,7 @@
 mod chart;
 mod cluster;
 mod l4;
+mod replicas;
 mod restart;
 mod routability;
 
@@ -18,7 +19,6 @@ use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -470,125 +470,5 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
     })
     .await;
     drop(edge_a);
-    Ok(())
-}
-
-/// Resource versions of a's Gateway and the route, sampled every 50 ms for `window`:
-/// how many writes happened.
-async fn count_writes(client: &Client, window: Duration) -> usize {
-    let gateways = Api::<Gateway>::namespaced(client.clone(), "one");
-    let routes = Api::<HttpRoute>::namespaced(client.clone(), "one");
-    let mut seen = std::collections::BTreeSet::new();
-    let end = Instant::now() + window;
-    while Instant::now() < end {
-        if let (Ok(g), Ok(r)) = (gateways.get("a").await, routes.get("echo").await) {
-            seen.insert(("g", g.metadata.resource_version.unwrap_or_default()));
-            seen.insert(("r", r.metadata.resource_version.unwrap_or_default()));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    seen.len().saturating_sub(2)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_instances_converge_with_bounded_writes() -> Result<(), BoxError> {
-    let Some(cluster) = Cluster::start().await? else {
-        return Ok(());
-    };
-    let client = cluster.client().await?;
-    setup(&client).await;
-    // Two replicas (each would be its own pod; here two loopback addresses).
-    let a = edge(&cluster, "127.0.0.1", "a");
-    let b = edge(&cluster, "127.0.0.2", "b");
-    let gateways = Api::<Gateway>::namespaced(client.clone(), "one");
-    eventually("a's status written", || async {
-        programmed(&gateways.get("a").await.ok()?).filter(|p| p.1 == "AddressNotAssigned")
-    })
-    .await;
-    let routes = Api::<HttpRoute>::namespaced(client.clone(), "one");
-    eventually("route status written", || async {
-        routes
-            .get("echo")
-            .await
-            .ok()?
-            .status
-            .filter(|s| !s.parents.is_empty())
-    })
-    .await;
-    // Settled: nothing more is written, by either.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let idle = count_writes(&client, Duration::from_secs(3)).await;
-    assert_eq!(idle, 0, "status kept being written with nothing changing");
-
-    // A change (an address) is written a bounded number of times, then nothing.
-    Api::<Service>::namespaced(client.clone(), "one")
-        .patch_status(
-            "a-aether",
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"status": {"loadBalancer": {"ingress": [{"hostname": "a.lb.example"}]}}}),
-            ),
-        )
-        .await?;
-    let writes = count_writes(&client, Duration::from_secs(4)).await;
-    assert!(
-        (1..=2).contains(&writes),
-        "{writes} writes for one change by two instances"
-    );
-    let gw = gateways.get("a").await?;
-    let addrs = gw.status.and_then(|s| s.addresses).unwrap_or_default();
-    assert_eq!(
-        (addrs[0].r#type.as_deref(), addrs[0].value.as_str()),
-        (Some("Hostname"), "a.lb.example")
-    );
-    assert_eq!(
-        count_writes(&client, Duration::from_secs(2)).await,
-        0,
-        "flapping"
-    );
-
-    // One writer: the Lease names one of the two processes. When it dies, the other
-    // takes over within a few lease durations and writes what changed since.
-    let lease = Api::<Lease>::namespaced(client.clone(), "aether-system")
-        .get("aether-edge-writer")
-        .await?;
-    let holder = lease
-        .spec
-        .and_then(|s| s.holder_identity)
-        .unwrap_or_default();
-    let (mut leader, survivor) = if holder.ends_with(&format!("-{}", a.0.id())) {
-        (a, b)
-    } else {
-        assert!(
-            holder.ends_with(&format!("-{}", b.0.id())),
-            "the Lease names neither instance: {holder}"
-        );
-        (b, a)
-    };
-    leader.0.kill()?;
-    Api::<Service>::namespaced(client.clone(), "one")
-        .patch_status(
-            "a-aether",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.77"}]}}})),
-        )
-        .await?;
-    eventually("the surviving instance writes the new address", || async {
-        let gw = gateways.get("a").await.ok()?;
-        let addrs = gw.status?.addresses?;
-        (addrs.first()?.value == "192.0.2.77").then_some(())
-    })
-    .await;
-    let lease = Api::<Lease>::namespaced(client.clone(), "aether-system")
-        .get("aether-edge-writer")
-        .await?;
-    let spec = lease.spec.unwrap_or_default();
-    assert!(
-        spec.holder_identity
-            .unwrap_or_default()
-            .ends_with(&format!("-{}", survivor.0.id())),
-        "the Lease did not move to the survivor"
-    );
-    assert_eq!(spec.lease_transitions, Some(1));
     Ok(())
 }
