@@ -10,16 +10,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use aether_proxy::backend::Backend;
-use gateway_api::httproutes::{
-    HttpRouteParentRefs, HttpRouteStatus, HttpRouteStatusParents, HttpRouteStatusParentsParentRef,
-};
+use gateway_api::httproutes::{HttpRouteParentRefs, HttpRouteStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::backend::{BackendRefSpec, BackendResolver, RefProblem};
 use super::conditions as cond;
-use super::gateway::{GATEWAY_GROUP, GatewayModel};
+use super::gateway::GatewayModel;
 use super::hostname;
-use super::route::RouteAttachment;
+use super::route::{RouteAttachment, parent_gateway, parent_status, refs_condition};
 use crate::l4route::{L4Kind, L4Route};
 use crate::status::ObjectStatus;
 use crate::store::{ObjectKey, Store};
@@ -99,35 +97,20 @@ pub fn attach(
     for (index, (model, route)) in routes.iter().enumerate() {
         let mut parents = Vec::new();
         for parent in route.spec.parent_refs.iter().flatten() {
-            let group = parent.group.as_deref().unwrap_or(GATEWAY_GROUP);
-            let kind = parent.kind.as_deref().unwrap_or("Gateway");
-            if group != GATEWAY_GROUP || kind != "Gateway" {
+            let Some(gw_key) = parent_gateway(parent, &model.key.namespace) else {
                 continue;
-            }
-            let gw_key = ObjectKey::new(
-                parent.namespace.as_deref().unwrap_or(&model.key.namespace),
-                parent.name.as_str(),
-            );
+            };
             let Some(gateway) = gateways.get_mut(&gw_key) else {
                 continue;
             };
             let accepted = attach_one(store, index, model, route, parent, gateway);
-            let refs = match &model.refs {
-                Ok(()) => cond::resolved_refs(model.generation),
-                Err(p) => cond::unresolved_refs(model.generation, p.reason, p.message.clone()),
-            };
-            parents.push(HttpRouteStatusParents {
-                conditions: vec![accepted, refs],
-                controller_name: controller_name.to_owned(),
-                parent_ref: HttpRouteStatusParentsParentRef {
-                    group: Some(group.to_owned()),
-                    kind: Some(kind.to_owned()),
-                    name: parent.name.clone(),
-                    namespace: Some(gw_key.namespace.clone()),
-                    port: parent.port,
-                    section_name: parent.section_name.clone(),
-                },
-            });
+            let refs = refs_condition(model.generation, &model.refs);
+            parents.push(parent_status(
+                controller_name,
+                parent,
+                &gw_key,
+                vec![accepted, refs],
+            ));
         }
         if !parents.is_empty() {
             statuses.insert(

@@ -308,45 +308,66 @@ pub fn attach(
     for (index, (model, route)) in routes.iter().enumerate() {
         let mut parents = Vec::new();
         for parent in route.spec.parent_refs.iter().flatten() {
-            let group = parent.group.as_deref().unwrap_or(GATEWAY_GROUP);
-            let kind = parent.kind.as_deref().unwrap_or("Gateway");
-            if group != GATEWAY_GROUP || kind != "Gateway" {
+            let Some(gw_key) = parent_gateway(parent, &model.key.namespace) else {
                 continue;
-            }
-            let gw_key = ObjectKey::new(
-                parent.namespace.as_deref().unwrap_or(&model.key.namespace),
-                parent.name.as_str(),
-            );
+            };
             let Some(gateway) = gateways.get_mut(&gw_key) else {
                 continue;
             };
             let accepted = attach_one(store, index, model, route, parent, gateway);
-            let refs = match &model.refs {
-                Ok(()) => cond::resolved_refs(model.generation),
-                Err(p) => cond::unresolved_refs(model.generation, p.reason, p.message.clone()),
-            };
-            let mut conditions = vec![accepted, refs];
+            let mut conditions = vec![accepted, refs_condition(model.generation, &model.refs)];
             if let Some((why, false)) = model.rule_problem() {
                 conditions.push(cond::partially_invalid(model.generation, why));
             }
-            parents.push(HttpRouteStatusParents {
-                conditions,
-                controller_name: controller_name.to_owned(),
-                // Defaults filled in as the API server's CRD defaulting would, so the
-                // status reads the same in standalone and Kubernetes mode.
-                parent_ref: HttpRouteStatusParentsParentRef {
-                    group: Some(group.to_owned()),
-                    kind: Some(kind.to_owned()),
-                    name: parent.name.clone(),
-                    namespace: Some(gw_key.namespace.clone()),
-                    port: parent.port,
-                    section_name: parent.section_name.clone(),
-                },
-            });
+            parents.push(parent_status(controller_name, parent, &gw_key, conditions));
         }
         statuses.push(parents);
     }
     statuses
+}
+
+/// The Gateway a parentRef names, or None for parents of other kinds (which other
+/// controllers may own). The same for every route kind.
+pub(super) fn parent_gateway(parent: &HttpRouteParentRefs, route_ns: &str) -> Option<ObjectKey> {
+    let group = parent.group.as_deref().unwrap_or(GATEWAY_GROUP);
+    let kind = parent.kind.as_deref().unwrap_or("Gateway");
+    (group == GATEWAY_GROUP && kind == "Gateway").then(|| {
+        ObjectKey::new(
+            parent.namespace.as_deref().unwrap_or(route_ns),
+            parent.name.as_str(),
+        )
+    })
+}
+
+/// ResolvedRefs from a route's first backendRef problem.
+pub(super) fn refs_condition(generation: i64, refs: &Result<(), RefProblem>) -> Condition {
+    match refs {
+        Ok(()) => cond::resolved_refs(generation),
+        Err(p) => cond::unresolved_refs(generation, p.reason, p.message.clone()),
+    }
+}
+
+/// One `status.parents` entry for a Gateway parent, with the parentRef's defaults
+/// filled in as the API server's CRD defaulting would, so the status reads the same
+/// in standalone and Kubernetes mode.
+pub(super) fn parent_status(
+    controller_name: &str,
+    parent: &HttpRouteParentRefs,
+    gw_key: &ObjectKey,
+    conditions: Vec<Condition>,
+) -> HttpRouteStatusParents {
+    HttpRouteStatusParents {
+        conditions,
+        controller_name: controller_name.to_owned(),
+        parent_ref: HttpRouteStatusParentsParentRef {
+            group: Some(GATEWAY_GROUP.to_owned()),
+            kind: Some("Gateway".to_owned()),
+            name: parent.name.clone(),
+            namespace: Some(gw_key.namespace.clone()),
+            port: parent.port,
+            section_name: parent.section_name.clone(),
+        },
+    }
 }
 
 /// Attaches `route` to the listeners of `gateway` that `parent` selects and allow it;
