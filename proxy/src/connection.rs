@@ -15,6 +15,7 @@ use rustls::ServerConfig;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::http::{ConnInfo, ProxyState, handle};
 use crate::limits::Slot;
@@ -36,6 +37,10 @@ pub struct Connections {
     pub active: Gauge,
     /// Fired at the drain deadline to close connections still open then.
     pub force_close: CancellationToken,
+    /// Every connection task, so the deadline can wait until they are all gone:
+    /// returning earlier lets the process exit while upstream requests are cut, and a
+    /// handler could then still answer 502 on a connection that was meant to be cut.
+    pub tasks: TaskTracker,
 }
 
 impl Connections {
@@ -43,7 +48,7 @@ impl Connections {
     /// Snapshot current at accept time.
     pub fn spawn(&self, stream: TcpStream, peer: SocketAddr, watcher: Watcher, slot: Slot) {
         let this = self.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let _slot = slot;
             this.active.increment(1.0);
             let (terminates_tls, l4) = {
@@ -105,10 +110,12 @@ impl Connections {
                 .into_owned(),
         );
         tokio::select! {
+            // Checked first: a connection cut at the deadline must not get one last answer.
+            biased;
+            () = self.force_close.cancelled() => tracing::debug!(%peer, "connection closed at drain deadline"),
             r = conn => if let Err(e) = r {
                 tracing::debug!(%peer, error = %e, "connection ended with error");
             },
-            () = self.force_close.cancelled() => tracing::debug!(%peer, "connection closed at drain deadline"),
         }
     }
 }

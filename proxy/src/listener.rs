@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::connection::Connections;
 use crate::http::ProxyState;
@@ -179,6 +180,9 @@ impl ListenerManager {
     }
 }
 
+/// How long the deadline waits for cut connections' tasks to finish.
+const FORCE_CLOSE_GRACE: Duration = Duration::from_secs(1);
+
 fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     let socket = Socket::new(
         Domain::for_address(addr),
@@ -243,6 +247,7 @@ async fn serve(
         tls_l4,
         active: telemetry::active_connections(&label),
         force_close: CancellationToken::new(),
+        tasks: TaskTracker::new(),
     };
     loop {
         let (stream, peer) = tokio::select! {
@@ -289,6 +294,12 @@ async fn serve(
         () = tokio::time::sleep(drain_timeout) => {
             tracing::warn!(%local, "drain deadline passed; closing remaining connections");
             connections.force_close.cancel();
+            connections.tasks.close();
+            // Every task drops its connection as soon as it sees the token; the bound
+            // only guards against a task stuck outside any await of it.
+            if tokio::time::timeout(FORCE_CLOSE_GRACE, connections.tasks.wait()).await.is_err() {
+                tracing::warn!(%local, "connections still open after the force-close grace");
+            }
         }
     }
 }
