@@ -22,7 +22,7 @@ pub struct Endpoint {
     /// Mesh mode: `/ns/<ns>/sa/<serviceAccount>` of the pod behind this address (from
     /// the EndpointSlice's targetRef); `None` when it is not known.
     pub peer: Option<Arc<str>>,
-    /// Passive health, shared by clones of this endpoint.
+    /// Passive health, shared by every endpoint for this address.
     pub health: Arc<crate::health::Health>,
 }
 
@@ -35,7 +35,7 @@ impl Endpoint {
             addr,
             authority,
             peer: None,
-            health: Arc::default(),
+            health: crate::health::Health::for_addr(addr),
         }
     }
 

@@ -2,11 +2,16 @@
 //! row (connect failure, reset, or a 5xx answer) is skipped by the load balancer for
 //! `EJECTION`, then tried again; one success clears its count.
 //!
-//! State lives with the endpoint in the Snapshot, so a reconcile starts it afresh; it
-//! is two atomics, read without a clock on the hot path unless the endpoint is ejected.
+//! State belongs to the endpoint's address, not to one Snapshot: every reconcile builds
+//! new Endpoints, and a dead pod that is still listed must stay ejected across them, or
+//! each unrelated change (a route edit, a Secret rotation) would send it fresh traffic
+//! to fail. It is two atomics, read without a clock on the hot path unless the
+//! endpoint is ejected.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 pub const EJECT_AFTER: u32 = 5;
@@ -47,6 +52,29 @@ impl Health {
     }
 }
 
+impl Health {
+    /// The health record of `addr`, shared with every live Endpoint for the same
+    /// address. Called when a Snapshot is built, never per request.
+    pub fn for_addr(addr: SocketAddr) -> Arc<Self> {
+        static REGISTRY: OnceLock<Mutex<HashMap<SocketAddr, Weak<Health>>>> = OnceLock::new();
+        let mut map = REGISTRY
+            .get_or_init(Mutex::default)
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(h) = map.get(&addr).and_then(Weak::upgrade) {
+            return h;
+        }
+        // Records of endpoints no Snapshot holds any more go when the map has doubled
+        // since the last sweep, which keeps the sweep's cost amortised.
+        if map.len() >= 64 && map.len().is_power_of_two() {
+            map.retain(|_, w| w.strong_count() > 0);
+        }
+        let h = Arc::new(Self::default());
+        map.insert(addr, Arc::downgrade(&h));
+        h
+    }
+}
+
 fn now_ms() -> u64 {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
     // +1 keeps 0 free to mean "never ejected".
@@ -70,5 +98,21 @@ mod tests {
         assert!(h.is_available());
         assert!(h.failure());
         assert!(!h.is_available());
+    }
+
+    #[test]
+    fn an_address_keeps_its_record_while_any_endpoint_holds_it() {
+        let addr = SocketAddr::from(([127, 0, 0, 9], 4242));
+        let first = Health::for_addr(addr);
+        for _ in 0..EJECT_AFTER {
+            first.failure();
+        }
+        let rebuilt = Health::for_addr(addr);
+        assert!(
+            !rebuilt.is_available(),
+            "a rebuilt endpoint forgot its ejection"
+        );
+        drop((first, rebuilt));
+        assert!(Health::for_addr(addr).is_available());
     }
 }
