@@ -2,6 +2,7 @@
 //! content of each file kept when its new content fails to parse.
 
 use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -13,6 +14,10 @@ use tokio::sync::mpsc;
 pub struct FileSource {
     paths: Vec<PathBuf>,
     last_good: BTreeMap<PathBuf, Vec<Object>>,
+    /// Each file's text (by hash) as last parsed, and that parse's errors: a change to
+    /// one file re-parses that file only. YAML parsing was the largest cost of a
+    /// change with thousands of routes in other files.
+    parsed: BTreeMap<PathBuf, (u64, Vec<ManifestError>)>,
 }
 
 /// A load: the Store to reconcile, and what could not be read.
@@ -26,6 +31,7 @@ impl FileSource {
         Self {
             paths,
             last_good: BTreeMap::new(),
+            parsed: BTreeMap::new(),
         }
     }
 
@@ -34,6 +40,7 @@ impl FileSource {
         let (files, mut errors) = manifest::expand(&self.paths);
         // Files that are gone take their objects with them.
         self.last_good.retain(|p, _| files.contains(p));
+        self.parsed.retain(|p, _| files.contains(p));
         for file in &files {
             let text = match std::fs::read_to_string(file) {
                 Ok(t) => t,
@@ -46,7 +53,20 @@ impl FileSource {
                     continue;
                 }
             };
+            let hash = {
+                let mut h = DefaultHasher::new();
+                text.hash(&mut h);
+                h.finish()
+            };
+            if let Some((seen, seen_errors)) = self.parsed.get(file)
+                && *seen == hash
+            {
+                errors.extend(seen_errors.iter().cloned());
+                continue;
+            }
             let parsed = manifest::parse(file, &text);
+            self.parsed
+                .insert(file.clone(), (hash, parsed.errors.clone()));
             if parsed.errors.is_empty() {
                 self.last_good.insert(file.clone(), parsed.objects);
             } else {
@@ -63,27 +83,23 @@ impl FileSource {
     }
 }
 
-/// Watches `paths` and sends a tick on every change, coalescing bursts (editors write a
-/// file in several steps) into one tick after `settle`.
+/// Watches `paths` and sends a tick on every change. A finished write (a file closed
+/// after writing, renamed into place, or removed) ticks at once, so a change is served
+/// without waiting; other events (a file truncated and still being written) wait for
+/// the write to finish, at most `settle`, so a half-written file is never applied.
+/// Events queued behind a tick are folded into it.
 pub fn watch(
     paths: &[PathBuf],
     settle: Duration,
 ) -> anyhow::Result<(notify::RecommendedWatcher, mpsc::Receiver<()>)> {
-    let (raw_tx, mut raw_rx) = mpsc::unbounded_channel::<()>();
+    let (raw_tx, mut raw_rx) = mpsc::unbounded_channel::<bool>();
     let mut watcher =
         notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
-            Ok(ev)
-                if matches!(
-                    ev.kind,
-                    EventKind::Create(_)
-                        | EventKind::Modify(_)
-                        | EventKind::Remove(_)
-                        | EventKind::Any
-                ) =>
-            {
-                let _ = raw_tx.send(());
+            Ok(ev) => {
+                if let Some(finished) = classify(ev.kind) {
+                    let _ = raw_tx.send(finished);
+                }
             }
-            Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "file watch error"),
         })?;
     for p in paths {
@@ -103,8 +119,20 @@ pub fn watch(
     }
     let (tx, rx) = mpsc::channel(1);
     tokio::spawn(async move {
-        while raw_rx.recv().await.is_some() {
-            tokio::time::sleep(settle).await;
+        while let Some(finished) = raw_rx.recv().await {
+            if !finished {
+                let deadline = tokio::time::sleep(settle);
+                tokio::pin!(deadline);
+                loop {
+                    tokio::select! {
+                        () = &mut deadline => break,
+                        ev = raw_rx.recv() => match ev {
+                            Some(true) | None => break,
+                            Some(false) => {}
+                        },
+                    }
+                }
+            }
             while raw_rx.try_recv().is_ok() {}
             if tx.send(()).await.is_err() {
                 break;
@@ -112,4 +140,17 @@ pub fn watch(
         }
     });
     Ok((watcher, rx))
+}
+
+/// `Some(true)` for an event that ends a write, `Some(false)` for one that may be in
+/// the middle of one, `None` for events that change nothing.
+fn classify(kind: EventKind) -> Option<bool> {
+    use notify::event::{AccessKind, AccessMode, ModifyKind};
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write))
+        | EventKind::Modify(ModifyKind::Name(_))
+        | EventKind::Remove(_) => Some(true),
+        EventKind::Create(_) | EventKind::Modify(_) | EventKind::Any => Some(false),
+        EventKind::Access(_) | EventKind::Other => None,
+    }
 }

@@ -59,6 +59,7 @@ pub async fn run(
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut bind_retry = tokio::time::interval(BIND_RETRY);
+    let mut last_reconcile: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             _ = sigterm.recv() => break,
@@ -69,8 +70,15 @@ pub async fn run(
                 }
             }
             () = shared.changed.notified() => {
-                // Watch events come in bursts (a re-list, a rollout): one reconcile each.
-                tokio::time::sleep(SETTLE).await;
+                // A change after a quiet spell is served at once; events that keep
+                // coming (a re-list, a rollout) are folded into at most one reconcile
+                // per SETTLE. Watch events carry whole objects, so unlike files there
+                // is no half-written state to wait out.
+                if let Some(since) = last_reconcile.map(|t| t.elapsed())
+                    && since < SETTLE
+                {
+                    tokio::time::sleep(SETTLE - since).await;
+                }
                 if !shared.is_synced() {
                     continue;
                 }
@@ -82,6 +90,7 @@ pub async fn run(
                 })
                 .await
                 .context("reconcile task failed")?;
+                last_reconcile = Some(tokio::time::Instant::now());
                 let services = Arc::new(outcome.services.clone());
                 publisher.outcome(outcome, Vec::new());
                 status_tx.send_replace(Arc::new(publisher.statuses().clone()));
