@@ -53,6 +53,12 @@ pub struct RunArgs {
     #[arg(long, default_value = "20000-29999", value_name = "FIRST-LAST")]
     pub internal_port_range: aether_controller::reconcile::ports::PortRange,
 
+    /// Kubernetes mode: give every Gateway its own Service and address (the default).
+    /// With `false`, every Gateway reports the edge Service's address and listeners
+    /// bind their own ports, shared by Gateways and told apart by hostname.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub per_gateway_addressing: bool,
+
     /// Kubernetes mode: the edge's own Service. Its EndpointSlices list the edge pods,
     /// which every Gateway Service's EndpointSlice names at the internal ports.
     #[arg(long, default_value = "aether-system/aether-edge", value_parser = parse_object_key, value_name = "NAMESPACE/NAME")]

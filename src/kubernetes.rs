@@ -26,12 +26,20 @@ pub async fn run(
     publisher: &mut Publisher,
 ) -> anyhow::Result<()> {
     let client = aether_controller::kube::client().await?;
-    let addressing = Addressing::InternalPorts {
-        range: args.internal_port_range,
-        service: ServiceSettings {
-            edge_service: args.edge_service.clone(),
-        },
-        bind: args.listen_address,
+    let service = ServiceSettings {
+        edge_service: args.edge_service.clone(),
+    };
+    let addressing = if args.per_gateway_addressing {
+        Addressing::InternalPorts {
+            range: args.internal_port_range,
+            service,
+            bind: args.listen_address,
+        }
+    } else {
+        Addressing::SharedService {
+            service,
+            bind: args.listen_address,
+        }
     };
     let shared = Arc::new(Shared::default());
     aether_controller::kube::watch::spawn(&client, &shared, args.mesh.mesh);

@@ -9,6 +9,7 @@ mod l4;
 mod replicas;
 mod restart;
 mod routability;
+mod shared;
 
 use std::future::Future;
 use std::net::{SocketAddr, TcpListener};
@@ -49,6 +50,11 @@ fn free_port() -> u16 {
 }
 
 fn edge(cluster: &Cluster, listen: &str, label: &str) -> Proc {
+    edge_with(cluster, listen, label, &[])
+}
+
+/// Like `edge`, with extra command-line flags.
+fn edge_with(cluster: &Cluster, listen: &str, label: &str, extra: &[&str]) -> Proc {
     let log = std::fs::File::create(cluster.dir.path().join(format!("edge-{label}.log"))).unwrap();
     Proc(
         Command::new(env!("CARGO_BIN_EXE_aether-edge"))
@@ -66,6 +72,7 @@ fn edge(cluster: &Cluster, listen: &str, label: &str) -> Proc {
                 "--lease-duration",
                 "2s",
             ])
+            .args(extra)
             .env("KUBECONFIG", &cluster.kubeconfig)
             .env("RUST_LOG", "info,aether_controller=debug")
             .stdout(Stdio::null())

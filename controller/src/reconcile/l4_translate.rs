@@ -15,8 +15,12 @@ use super::l4::L4RouteModel;
 use crate::l4route::L4Route;
 use crate::store::ObjectKey;
 
-/// What the L4 listeners sharing one (transport, port) contribute to its socket.
+/// What the L4 listeners sharing one (transport, socket) contribute to it.
 struct Plan {
+    /// The Gateway that claimed the socket (see `translate::PortPlan`).
+    gateway: Arc<str>,
+    /// The listener port clients use.
+    port: u16,
     protocol: Protocol,
     /// Certificates by SNI of TLS-terminating listeners.
     tls: Option<TlsCerts>,
@@ -32,10 +36,13 @@ pub fn add_listeners(
     routes: &[(L4RouteModel, &L4Route)],
     internal_ports: Option<&BTreeMap<ObjectKey, BTreeMap<u16, u16>>>,
 ) {
+    // Keyed by socket across Gateways, as HTTP sockets are (a shared address lets
+    // several Gateways' TLS listeners on one port be told apart by SNI).
+    let mut plans: BTreeMap<(bool, SocketAddr), Plan> = BTreeMap::new();
+    let mut targets: BTreeMap<(Arc<str>, usize), Arc<L4Target>> = BTreeMap::new();
     for model in gateways.values() {
         let Ok(ip) = model.address else { continue };
         let gateway: Arc<str> = model.key.to_string().into();
-        let mut plans: BTreeMap<(bool, u16), Plan> = BTreeMap::new();
         for listener in model.listeners.iter().filter(|l| l.usable() && l.is_l4()) {
             let Some(port) = listener.port() else {
                 continue;
@@ -76,9 +83,16 @@ pub fn add_listeners(
                 }
                 continue;
             }
+            let bind = match internal_ports {
+                None => Some(port),
+                Some(all) => all.get(&model.key).and_then(|m| m.get(&port)).copied(),
+            };
+            let Some(bind) = bind else { continue };
             let plan = plans
-                .entry((listener.is_udp(), port))
+                .entry((listener.is_udp(), SocketAddr::new(ip, bind)))
                 .or_insert_with(|| Plan {
+                    gateway: Arc::clone(&gateway),
+                    port,
                     protocol,
                     tls: None,
                     sections: Vec::new(),
@@ -96,40 +110,32 @@ pub fn add_listeners(
                 }
             }
         }
-        let mut targets: BTreeMap<usize, Arc<L4Target>> = BTreeMap::new();
-        for ((udp, port), mut plan) in plans {
-            let bind = match internal_ports {
-                None => Some(port),
-                Some(all) => all.get(&model.key).and_then(|m| m.get(&port)).copied(),
+    }
+    for ((udp, addr), mut plan) in plans {
+        // Oldest route first: it keeps a contested hostname (or the whole socket).
+        plan.entries.sort_by(|a, b| {
+            let (ra, rb) = (&routes[a.0].0, &routes[b.0].0);
+            (ra.created, &ra.key).cmp(&(rb.created, &rb.key))
+        });
+        let mut l4 = L4Routes::default();
+        for (index, host) in plan.entries {
+            let Some((route, _)) = routes.get(index) else {
+                continue;
             };
-            let Some(bind) = bind else { continue };
-            // Oldest route first: it keeps a contested hostname (or the whole socket).
-            plan.entries.sort_by(|a, b| {
-                let (ra, rb) = (&routes[a.0].0, &routes[b.0].0);
-                (ra.created, &ra.key).cmp(&(rb.created, &rb.key))
-            });
-            let mut l4 = L4Routes::default();
-            for (index, host) in plan.entries {
-                let Some((route, _)) = routes.get(index) else {
-                    continue;
-                };
-                let target = targets
-                    .entry(index)
-                    .or_insert_with(|| Arc::new(target(&gateway, route)));
-                l4.add(host.as_deref(), Arc::clone(target));
-            }
-            let addr = SocketAddr::new(ip, bind);
-            let mut listener =
-                Listener::l4(addr, Arc::clone(&gateway), plan.sections, plan.protocol, l4)
-                    .with_public_port(port);
-            listener.tls = plan.tls;
-            let map = if udp {
-                &mut snapshot.udp
-            } else {
-                &mut snapshot.listeners
-            };
-            map.insert(addr, Arc::new(listener));
+            let target = targets
+                .entry((Arc::clone(&plan.gateway), index))
+                .or_insert_with(|| Arc::new(target(&plan.gateway, route)));
+            l4.add(host.as_deref(), Arc::clone(target));
         }
+        let mut listener = Listener::l4(addr, plan.gateway, plan.sections, plan.protocol, l4)
+            .with_public_port(plan.port);
+        listener.tls = plan.tls;
+        let map = if udp {
+            &mut snapshot.udp
+        } else {
+            &mut snapshot.listeners
+        };
+        map.insert(addr, Arc::new(listener));
     }
 }
 

@@ -17,6 +17,7 @@ pub mod ports;
 pub mod routability;
 mod route;
 pub mod services;
+mod shared;
 mod translate;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -54,6 +55,13 @@ pub enum Addressing {
         range: ports::PortRange,
         service: services::ServiceSettings,
         /// Usually `0.0.0.0`; tests running several instances use loopback addresses.
+        bind: IpAddr,
+    },
+    /// Kubernetes without per-Gateway addressing: every listener binds
+    /// `bind:<listener port>` behind the edge's own Service, whose addresses every
+    /// Gateway reports; Gateways share sockets, told apart by hostname.
+    SharedService {
+        service: services::ServiceSettings,
         bind: IpAddr,
     },
 }
@@ -120,7 +128,7 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
     let mut addresses = match addressing {
         Addressing::LocalPool(pool) => address::allocate(pool, &requests),
         // Every listener binds all interfaces; its port tells Gateways apart.
-        Addressing::InternalPorts { bind, .. } => requests
+        Addressing::InternalPorts { bind, .. } | Addressing::SharedService { bind, .. } => requests
             .iter()
             .map(|(k, _)| (k.clone(), Ok(*bind)))
             .collect(),
@@ -139,6 +147,11 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
             ((*key).clone(), model)
         })
         .collect();
+
+    if let Addressing::SharedService { .. } = addressing {
+        let order: Vec<&ObjectKey> = ordered.iter().map(|(k, _)| *k).collect();
+        shared::resolve_conflicts(&order, &mut models);
+    }
 
     let mut resolver = backend::BackendResolver::new(store);
     // HTTPRoutes and GRPCRoutes (in HTTPRoute form) share attachment and route tables.
@@ -177,7 +190,7 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
     // Kubernetes-mode placement comes after attachment: a port pool's listener needs an
     // internal port for each port it handed to a route.
     let plan = match addressing {
-        Addressing::LocalPool(_) => None,
+        Addressing::LocalPool(_) | Addressing::SharedService { .. } => None,
         Addressing::InternalPorts { range, service, .. } => Some(services::plan(
             store,
             &ordered,
@@ -192,13 +205,19 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
     l4_translate::add_listeners(&mut snapshot, &models, &l4_routes, internal);
     for model in models.values() {
         let mut status = gateway_status(model);
-        if let Some(plan) = &plan {
-            let scopes = plan.adjust_status(store, model, &mut status);
-            if !scopes.is_empty() {
-                statuses
-                    .address_routability
-                    .insert(model.key.clone(), scopes);
-            }
+        let scopes = match (&plan, addressing) {
+            (Some(plan), _) => plan.adjust_status(store, model, &mut status),
+            (None, Addressing::SharedService { service, .. }) => ordered
+                .iter()
+                .find(|(k, _)| **k == model.key)
+                .map(|(_, gw)| shared::adjust_status(store, service, gw, model, &mut status))
+                .unwrap_or_default(),
+            (None, _) => Vec::new(),
+        };
+        if !scopes.is_empty() {
+            statuses
+                .address_routability
+                .insert(model.key.clone(), scopes);
         }
         statuses.gateways.insert(
             model.key.clone(),

@@ -154,48 +154,63 @@ impl Plan {
             }
             (None, None) => (routability::Assigned::default(), None),
         };
-        let conditions = status.conditions.get_or_insert_with(Vec::new);
-        let addresses_assigned = match &problem {
-            Some((_, msg)) => cond::condition(
-                "AddressesAssigned",
-                false,
-                "NotAssigned",
-                msg.clone(),
-                generation,
-            ),
-            None if assigned.unsatisfied.is_empty() => cond::condition(
-                "AddressesAssigned",
-                true,
-                "Assigned",
-                "every requested address is assigned",
-                generation,
-            ),
-            None => cond::condition(
-                "AddressesAssigned",
-                false,
-                "PartiallyAssigned",
-                format!("not assigned: {}", assigned.unsatisfied.join("; ")),
-                generation,
-            ),
-        };
-        replace(conditions, addresses_assigned);
-        let still_programmed = conditions
-            .iter()
-            .any(|c| c.type_ == "Programmed" && c.status == "True");
-        if let Some((reason, msg)) = problem
-            && (still_programmed || self.problems.contains_key(&model.key))
-        {
-            replace(conditions, cond::not_programmed(generation, reason, msg));
-        }
-        let scopes = assigned
-            .addresses
-            .iter()
-            .map(|(_, r)| (*r).to_owned())
-            .collect();
-        let addresses: Vec<_> = assigned.addresses.into_iter().map(|(a, _)| a).collect();
-        status.addresses = (!addresses.is_empty()).then_some(addresses);
-        scopes
+        let placed_problem = self.problems.contains_key(&model.key);
+        apply_assignment(generation, assigned, problem, placed_problem, status)
     }
+}
+
+/// Writes what a Service provides into a Gateway's status (GEP-5093): the addresses,
+/// `AddressesAssigned`, and Programmed=False with `problem` when the Gateway could not
+/// be placed (`forced`) or has no address at all. Returns each address's routability,
+/// which the typed status can't hold.
+pub(super) fn apply_assignment(
+    generation: i64,
+    assigned: routability::Assigned,
+    problem: Option<(&'static str, String)>,
+    forced: bool,
+    status: &mut GatewayStatus,
+) -> Vec<String> {
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    let addresses_assigned = match &problem {
+        Some((_, msg)) => cond::condition(
+            "AddressesAssigned",
+            false,
+            "NotAssigned",
+            msg.clone(),
+            generation,
+        ),
+        None if assigned.unsatisfied.is_empty() => cond::condition(
+            "AddressesAssigned",
+            true,
+            "Assigned",
+            "every requested address is assigned",
+            generation,
+        ),
+        None => cond::condition(
+            "AddressesAssigned",
+            false,
+            "PartiallyAssigned",
+            format!("not assigned: {}", assigned.unsatisfied.join("; ")),
+            generation,
+        ),
+    };
+    replace(conditions, addresses_assigned);
+    let still_programmed = conditions
+        .iter()
+        .any(|c| c.type_ == "Programmed" && c.status == "True");
+    if let Some((reason, msg)) = problem
+        && (still_programmed || forced)
+    {
+        replace(conditions, cond::not_programmed(generation, reason, msg));
+    }
+    let scopes = assigned
+        .addresses
+        .iter()
+        .map(|(_, r)| (*r).to_owned())
+        .collect();
+    let addresses: Vec<_> = assigned.addresses.into_iter().map(|(a, _)| a).collect();
+    status.addresses = (!addresses.is_empty()).then_some(addresses);
+    scopes
 }
 
 fn replace(conditions: &mut Vec<Condition>, c: Condition) {

@@ -23,18 +23,28 @@ pub fn snapshot(
     internal_ports: Option<&BTreeMap<ObjectKey, BTreeMap<u16, u16>>>,
 ) -> Snapshot {
     let mut snapshot = Snapshot::default();
+    // Keyed by socket, not by Gateway: with a shared address (Kubernetes mode without
+    // per-Gateway addressing) listeners of several Gateways on one port share a socket
+    // and one table, told apart by hostname like listeners of one Gateway. Otherwise
+    // every socket belongs to exactly one Gateway.
+    let mut sockets: BTreeMap<SocketAddr, PortPlan> = BTreeMap::new();
     for model in gateways.values() {
         let Ok(ip) = model.address else { continue };
         let gateway: Arc<str> = model.key.to_string().into();
-        // Several listeners on one port share a socket and one table; each listener's
-        // hostname already scopes the entries it contributes.
-        let mut ports: BTreeMap<u16, PortPlan> = BTreeMap::new();
         let mut actions: HashMap<usize, Vec<Arc<RuleAction>>> = HashMap::new();
         for listener in model.listeners.iter().filter(|l| l.usable() && !l.is_l4()) {
             let Some(port) = listener.port() else {
                 continue;
             };
-            let plan = ports.entry(port).or_default();
+            // Kubernetes mode binds each listener port's internal port instead.
+            let bind = match internal_ports {
+                None => Some(port),
+                Some(all) => all.get(&model.key).and_then(|m| m.get(&port)).copied(),
+            };
+            let Some(bind) = bind else { continue };
+            let plan = sockets
+                .entry(SocketAddr::new(ip, bind))
+                .or_insert_with(|| PortPlan::new(Arc::clone(&gateway), port));
             plan.sections.push(listener.spec.name.as_str().into());
             if let Some(cert) = &listener.certificate {
                 plan.tls
@@ -75,42 +85,47 @@ pub fn snapshot(
                 }
             }
         }
-        for (port, plan) in ports {
-            // Kubernetes mode binds each listener port's internal port instead.
-            let bind = match internal_ports {
-                None => Some(port),
-                Some(all) => all.get(&model.key).and_then(|m| m.get(&port)).copied(),
-            };
-            let Some(bind) = bind else { continue };
-            let addr = SocketAddr::new(ip, bind);
-            let mut listener = Listener::new(
-                addr,
-                Arc::clone(&gateway),
-                plan.sections,
-                plan.routes.build(),
-            )
-            .with_public_port(port);
-            if let Some(certs) = plan.tls {
-                listener = listener.with_tls(certs);
-                if let Some(auth) = plan.client_auth {
-                    listener = listener.with_client_auth(auth);
-                }
+    }
+    for (addr, plan) in sockets {
+        let mut listener = Listener::new(addr, plan.gateway, plan.sections, plan.routes.build())
+            .with_public_port(plan.port);
+        if let Some(certs) = plan.tls {
+            listener = listener.with_tls(certs);
+            if let Some(auth) = plan.client_auth {
+                listener = listener.with_client_auth(auth);
             }
-            snapshot.listeners.insert(addr, Arc::new(listener));
         }
+        snapshot.listeners.insert(addr, Arc::new(listener));
     }
     snapshot
 }
 
-/// What the listeners sharing one port contribute to its socket.
-#[derive(Default)]
+/// What the listeners sharing one socket contribute to it.
 struct PortPlan {
+    /// The Gateway that claimed the socket (with a shared address, the first by name
+    /// of those sharing it): metrics and bind failures are reported under its name.
+    gateway: Arc<str>,
+    /// The listener port clients use.
+    port: u16,
     sections: Vec<Arc<str>>,
     client_auth: Option<Arc<ClientAuth>>,
     routes: RouteTableBuilder,
     /// Set when the port's listeners are HTTPS (a protocol conflict keeps them from
     /// mixing with HTTP ones).
     tls: Option<TlsCerts>,
+}
+
+impl PortPlan {
+    fn new(gateway: Arc<str>, port: u16) -> Self {
+        Self {
+            gateway,
+            port,
+            sections: Vec::new(),
+            client_auth: None,
+            routes: RouteTableBuilder::default(),
+            tls: None,
+        }
+    }
 }
 
 fn rule_actions(gateway: &str, route: &RouteModel) -> Vec<Arc<RuleAction>> {

@@ -1,0 +1,178 @@
+//! `--per-gateway-addressing=false` against the real API server: no Service per
+//! Gateway, every Gateway reports the edge Service's load-balancer address, two
+//! Gateways share a listener port told apart by hostname, and a (port, hostname) the
+//! older Gateway holds is Conflicted on the newer one.
+
+use std::net::SocketAddr;
+
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::cluster::{BoxError, Cluster};
+use crate::{apply, class_and_namespaces, edge_with, eventually, get};
+
+/// Unusual, so binding it on 127.0.0.1 clashes with nothing else.
+const PORT: u16 = 47281;
+
+async fn gateway(client: &Client, ns: &str, name: &str, listeners: serde_json::Value) {
+    apply(
+        &Api::<Gateway>::namespaced(client.clone(), ns),
+        name,
+        json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"gatewayClassName": "aether", "listeners": listeners}}),
+    )
+    .await;
+}
+
+async fn redirect_route(client: &Client, ns: &str, gateway: &str, to: &str) {
+    apply(
+        &Api::<HttpRoute>::namespaced(client.clone(), ns),
+        "redirect",
+        json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": "redirect", "namespace": ns},
+        "spec": {"parentRefs": [{"name": gateway, "sectionName": "web"}],
+                 "rules": [{"filters": [{"type": "RequestRedirect",
+                     "requestRedirect": {"hostname": to, "statusCode": 302}}]}]}}),
+    )
+    .await;
+}
+
+/// (status, reason) of condition `ctype` on listener `listener` of the Gateway.
+fn listener_condition(gw: &Gateway, listener: &str, ctype: &str) -> Option<(String, String)> {
+    let l = gw
+        .status
+        .as_ref()?
+        .listeners
+        .as_ref()?
+        .iter()
+        .find(|l| l.name == listener)?;
+    l.conditions
+        .iter()
+        .find(|c| c.type_ == ctype)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_addressing_reports_the_edge_address_and_demuxes_by_hostname() -> Result<(), BoxError>
+{
+    let Some(cluster) = Cluster::start().await? else {
+        return Ok(());
+    };
+    let client = cluster.client().await?;
+    class_and_namespaces(&client, &["one", "two"]).await;
+    // The edge's own Service, as the chart creates it, with its load-balancer address
+    // (what MetalLB or a cloud would write).
+    let services = Api::<Service>::namespaced(client.clone(), "aether-system");
+    apply(
+        &services,
+        "aether-edge",
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "aether-edge", "namespace": "aether-system"},
+               "spec": {"type": "LoadBalancer", "selector": {"app": "aether-edge"},
+                        "ports": [{"name": "web", "port": PORT}]}}),
+    )
+    .await;
+    services
+        .patch_status(
+            "aether-edge",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.50"}]}}})),
+        )
+        .await?;
+    gateway(
+        &client,
+        "one",
+        "a",
+        json!([{"name": "web", "port": PORT, "protocol": "HTTP", "hostname": "a.example.com"}]),
+    )
+    .await;
+    // One second later, so `b` is the newer Gateway by creationTimestamp too.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    gateway(
+        &client,
+        "two",
+        "b",
+        json!([{"name": "web", "port": PORT, "protocol": "HTTP", "hostname": "b.example.com"},
+               {"name": "dup", "port": PORT, "protocol": "HTTP", "hostname": "a.example.com"}]),
+    )
+    .await;
+    redirect_route(&client, "one", "a", "moved-a.example.com").await;
+    redirect_route(&client, "two", "b", "moved-b.example.com").await;
+    let _edge = edge_with(
+        &cluster,
+        "127.0.0.1",
+        "shared",
+        &["--per-gateway-addressing=false"],
+    );
+
+    for (ns, name) in [("one", "a"), ("two", "b")] {
+        let api = Api::<Gateway>::namespaced(client.clone(), ns);
+        eventually(&format!("{ns}/{name} reports the edge address"), || async {
+            let gw = api.get(name).await.ok()?;
+            let addrs = gw.status.as_ref()?.addresses.clone()?;
+            let programmed = gw
+                .status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .any(|c| c.type_ == "Programmed" && c.status == "True");
+            (addrs.len() == 1 && addrs[0].value == "192.0.2.50" && programmed).then_some(())
+        })
+        .await;
+    }
+    let b = Api::<Gateway>::namespaced(client.clone(), "two");
+    eventually("b's dup listener is Conflicted", || async {
+        let gw = b.get("b").await.ok()?;
+        (listener_condition(&gw, "dup", "Conflicted")?
+            == ("True".to_owned(), "HostnameConflict".to_owned())
+            && listener_condition(&gw, "web", "Programmed")?.0 == "True")
+            .then_some(())
+    })
+    .await;
+
+    // One socket, both Gateways' routes, by hostname.
+    let addr = SocketAddr::from(([127, 0, 0, 1], PORT));
+    for (host, to) in [
+        ("a.example.com", "moved-a.example.com"),
+        ("b.example.com", "moved-b.example.com"),
+    ] {
+        let answer = eventually(&format!("{host} is served"), || async {
+            get(addr, host)
+                .await
+                .ok()
+                .filter(|r| r.starts_with("HTTP/1.1 302"))
+        })
+        .await;
+        assert!(
+            answer
+                .to_ascii_lowercase()
+                .contains(&format!("location: http://{to}:{PORT}/hello")),
+            "{host}: {answer}"
+        );
+    }
+    let other = get(addr, "c.example.com").await?;
+    assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+
+    // No Gateway got a Service of its own.
+    let managed = Api::<Service>::all(client.clone())
+        .list(&ListParams::default().labels("app.kubernetes.io/managed-by=aether-edge"))
+        .await?;
+    assert!(
+        managed.items.is_empty(),
+        "per-Gateway Services were created: {:?}",
+        managed
+            .items
+            .iter()
+            .map(|s| &s.metadata.name)
+            .collect::<Vec<_>>()
+    );
+    Ok(())
+}
