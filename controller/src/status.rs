@@ -7,6 +7,7 @@ use aether_proxy::{BindFailure, Snapshot};
 use gateway_api::gatewayclasses::GatewayClassStatus;
 use gateway_api::gateways::GatewayStatus;
 use gateway_api::httproutes::HttpRouteStatus;
+use gateway_api::listenersets::ListenerSetStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
@@ -34,6 +35,8 @@ pub struct Statuses {
     pub address_routability: BTreeMap<ObjectKey, Vec<String>>,
     /// TCPRoutes, UDPRoutes and TLSRoutes; their status has HTTPRoute's shape.
     pub l4_routes: BTreeMap<(L4Kind, ObjectKey), ObjectStatus<HttpRouteStatus>>,
+    /// ListenerSets whose parent is one of our Gateways.
+    pub listener_sets: BTreeMap<ObjectKey, ObjectStatus<ListenerSetStatus>>,
 }
 
 /// Adds `routability` to each entry of a serialized status's `addresses`.
@@ -94,8 +97,13 @@ impl Statuses {
             .l4_routes
             .iter()
             .map(|((kind, k), s)| item(kind.as_str(), &k.name, Some(&k.namespace), s));
+        let sets = self
+            .listener_sets
+            .iter()
+            .map(|(k, s)| item("ListenerSet", &k.name, Some(&k.namespace), s));
         classes
             .chain(gateways)
+            .chain(sets)
             .chain(routes)
             .chain(grpc_routes)
             .chain(l4)
@@ -118,6 +126,22 @@ impl Statuses {
         }
         for (key, s) in &mut self.gateways {
             let prev = previous.gateways.get(key).map(|p| &p.status);
+            stamp(
+                s.status.conditions.iter_mut().flatten(),
+                prev.and_then(|p| p.conditions.as_deref())
+                    .unwrap_or_default(),
+                now,
+            );
+            for l in s.status.listeners.iter_mut().flatten() {
+                let prev_l = prev
+                    .and_then(|p| p.listeners.as_ref())
+                    .and_then(|ls| ls.iter().find(|x| x.name == l.name))
+                    .map(|x| x.conditions.as_slice());
+                stamp(l.conditions.iter_mut(), prev_l.unwrap_or_default(), now);
+            }
+        }
+        for (key, s) in &mut self.listener_sets {
+            let prev = previous.listener_sets.get(key).map(|p| &p.status);
             stamp(
                 s.status.conditions.iter_mut().flatten(),
                 prev.and_then(|p| p.conditions.as_deref())

@@ -12,6 +12,7 @@ mod gateway;
 pub mod hostname;
 mod l4;
 mod l4_translate;
+pub mod listenerset;
 pub mod portpool;
 pub mod ports;
 pub mod routability;
@@ -125,6 +126,7 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
             .map(|(k, _)| (k.clone(), Ok(*bind)))
             .collect(),
     };
+    let sets = listenerset::collect(store, &ordered);
     let mut models: BTreeMap<ObjectKey, GatewayModel<'_>> = ordered
         .iter()
         .map(|(key, gw)| {
@@ -134,11 +136,12 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
                 address: addresses
                     .remove(*key)
                     .unwrap_or(Err(AddressError::PoolExhausted)),
-                listeners: gateway::listeners(store, &key.namespace, gw),
+                listeners: gateway::listeners(store, &key.namespace, gw, sets.for_gateway(key)),
             };
             ((*key).clone(), model)
         })
         .collect();
+    listenerset::gate_on_parent(&mut models);
 
     let mut resolver = backend::BackendResolver::new(store);
     // HTTPRoutes and GRPCRoutes (in HTTPRoute form) share attachment and route tables.
@@ -148,7 +151,13 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
         .chain(grpc)
         .map(|(k, r, kind)| (route::compile(k.clone(), kind, r, &mut resolver), r))
         .collect();
-    let route_parents = route::attach(store, &settings.controller_name, &routes, &mut models);
+    let route_parents = route::attach(
+        store,
+        &sets,
+        &settings.controller_name,
+        &routes,
+        &mut models,
+    );
     for ((model, _), parents) in routes.iter().zip(route_parents) {
         if !parents.is_empty() {
             let by_kind = if model.kind == "GRPCRoute" {
@@ -171,7 +180,13 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
         .iter()
         .map(|((kind, k), r)| (l4::compile(*kind, k.clone(), r, &mut resolver), r))
         .collect();
-    statuses.l4_routes = l4::attach(store, &settings.controller_name, &l4_routes, &mut models);
+    statuses.l4_routes = l4::attach(
+        store,
+        &sets,
+        &settings.controller_name,
+        &l4_routes,
+        &mut models,
+    );
     portpool::apply(&mut models, &l4_routes, &mut statuses.l4_routes);
 
     // Kubernetes-mode placement comes after attachment: a port pool's listener needs an
@@ -190,8 +205,14 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
     let internal = plan.as_ref().map(|p| &p.ports);
     let mut snapshot = translate::snapshot(&models, &routes, internal);
     l4_translate::add_listeners(&mut snapshot, &models, &l4_routes, internal);
+    let (set_statuses, attached_sets) = listenerset::statuses(&sets, &models);
+    statuses.listener_sets = set_statuses;
     for model in models.values() {
         let mut status = gateway_status(model);
+        if let Some((_, gw)) = ordered.iter().find(|(k, _)| **k == model.key) {
+            status.attached_listener_sets =
+                listenerset::attached_count(gw, attached_sets.get(&model.key).copied());
+        }
         if let Some(plan) = &plan {
             let scopes = plan.adjust_status(store, model, &mut status);
             if !scopes.is_empty() {
@@ -236,8 +257,10 @@ fn address_request(gw: &Gateway) -> AddressRequest {
 
 fn gateway_status(m: &GatewayModel<'_>) -> GatewayStatus {
     let generation = m.generation;
-    let listeners: Vec<GatewayStatusListeners> = m
-        .listeners
+    // ListenerSets' listeners are reported on their ListenerSets.
+    let own: Vec<&gateway::ListenerModel<'_>> =
+        m.listeners.iter().filter(|l| l.set.is_none()).collect();
+    let listeners: Vec<GatewayStatusListeners> = own
         .iter()
         .map(|l| {
             let accepted = match &l.accepted {
@@ -269,15 +292,15 @@ fn gateway_status(m: &GatewayModel<'_>) -> GatewayStatus {
             }
         })
         .collect();
-    let usable = m.listeners.iter().filter(|l| l.usable()).count();
+    let usable = own.iter().filter(|l| l.usable()).count();
     let accepted = match &m.address {
         Err(AddressError::Unsupported(why)) => {
             cond::not_accepted(generation, "UnsupportedAddress", why.clone())
         }
-        _ if usable == 0 && !m.listeners.is_empty() => {
+        _ if usable == 0 && !own.is_empty() => {
             cond::not_accepted(generation, "ListenersNotValid", "no listener is valid")
         }
-        _ if usable < m.listeners.len() => cond::condition(
+        _ if usable < own.len() => cond::condition(
             "Accepted",
             true,
             "ListenersNotValid",
@@ -300,7 +323,7 @@ fn gateway_status(m: &GatewayModel<'_>) -> GatewayStatus {
             "AddressNotAssigned",
             "the address pool has no free address",
         ),
-        Ok(_) if usable == 0 => {
+        Ok(_) if usable == 0 && !m.listeners.iter().any(|l| l.usable()) => {
             cond::not_programmed(generation, "Invalid", "no listener can be served")
         }
         Ok(_) => cond::programmed(generation, "Gateway"),

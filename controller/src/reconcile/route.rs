@@ -22,8 +22,9 @@ use aether_proxy::filters::Filters;
 use super::backend::{BackendRefSpec, BackendResolver, RefProblem};
 use super::conditions as cond;
 use super::filters;
-use super::gateway::{GATEWAY_GROUP, GatewayModel};
+use super::gateway::{GATEWAY_GROUP, GatewayModel, ListenerModel};
 use super::hostname;
+use super::listenerset::ListenerSets;
 use crate::store::{ObjectKey, Store};
 
 /// An HTTPRoute as the data plane will need it, independent of its parents.
@@ -300,6 +301,7 @@ fn anchored(re: &str) -> Result<Regex, String> {
 /// Gateways.
 pub fn attach(
     store: &Store,
+    sets: &ListenerSets,
     controller_name: &str,
     routes: &[(RouteModel, &HttpRoute)],
     gateways: &mut BTreeMap<ObjectKey, GatewayModel<'_>>,
@@ -308,35 +310,65 @@ pub fn attach(
     for (index, (model, route)) in routes.iter().enumerate() {
         let mut parents = Vec::new();
         for parent in route.spec.parent_refs.iter().flatten() {
-            let Some(gw_key) = parent_gateway(parent, &model.key.namespace) else {
+            let Some(target) = parent_target(sets, parent, &model.key.namespace) else {
                 continue;
             };
-            let Some(gateway) = gateways.get_mut(&gw_key) else {
+            let Some(gateway) = gateways.get_mut(&target.gateway) else {
                 continue;
             };
-            let accepted = attach_one(store, index, model, route, parent, gateway);
+            let accepted = attach_one(store, index, model, route, parent, &target, gateway);
             let mut conditions = vec![accepted, refs_condition(model.generation, &model.refs)];
             if let Some((why, false)) = model.rule_problem() {
                 conditions.push(cond::partially_invalid(model.generation, why));
             }
-            parents.push(parent_status(controller_name, parent, &gw_key, conditions));
+            parents.push(parent_status(controller_name, parent, &target, conditions));
         }
         statuses.push(parents);
     }
     statuses
 }
 
-/// The Gateway a parentRef names, or None for parents of other kinds (which other
-/// controllers may own). The same for every route kind.
-pub(super) fn parent_gateway(parent: &HttpRouteParentRefs, route_ns: &str) -> Option<ObjectKey> {
+/// What a parentRef names: a Gateway, or a ListenerSet of one of our Gateways.
+pub(super) struct ParentTarget {
+    pub gateway: ObjectKey,
+    /// The ListenerSet named; its listeners are the only ones selected. A Gateway
+    /// parentRef selects only the Gateway's own listeners (GEP-1713: attaching to a
+    /// Gateway does not attach to its ListenerSets).
+    pub set: Option<ObjectKey>,
+}
+
+impl ParentTarget {
+    /// Is this listener one of the target's?
+    pub fn has(&self, l: &ListenerModel<'_>) -> bool {
+        l.set == self.set
+    }
+}
+
+/// The Gateway or ListenerSet a parentRef names, or None for parents of other kinds or
+/// ListenerSets of Gateways not ours (which other controllers may own). The same for
+/// every route kind.
+pub(super) fn parent_target(
+    sets: &ListenerSets,
+    parent: &HttpRouteParentRefs,
+    route_ns: &str,
+) -> Option<ParentTarget> {
     let group = parent.group.as_deref().unwrap_or(GATEWAY_GROUP);
     let kind = parent.kind.as_deref().unwrap_or("Gateway");
-    (group == GATEWAY_GROUP && kind == "Gateway").then(|| {
-        ObjectKey::new(
-            parent.namespace.as_deref().unwrap_or(route_ns),
-            parent.name.as_str(),
-        )
-    })
+    let key = ObjectKey::new(
+        parent.namespace.as_deref().unwrap_or(route_ns),
+        parent.name.as_str(),
+    );
+    match (group == GATEWAY_GROUP, kind) {
+        (true, "Gateway") => Some(ParentTarget {
+            gateway: key,
+            set: None,
+        }),
+        (true, "ListenerSet") => Some(ParentTarget {
+            gateway: sets.parent_of(&key)?.clone(),
+            set: Some(key),
+        }),
+        _ => None,
+    }
 }
 
 /// ResolvedRefs from a route's first backendRef problem.
@@ -347,23 +379,27 @@ pub(super) fn refs_condition(generation: i64, refs: &Result<(), RefProblem>) -> 
     }
 }
 
-/// One `status.parents` entry for a Gateway parent, with the parentRef's defaults
-/// filled in as the API server's CRD defaulting would, so the status reads the same
-/// in standalone and Kubernetes mode.
+/// One `status.parents` entry for a Gateway or ListenerSet parent, with the
+/// parentRef's defaults filled in as the API server's CRD defaulting would, so the
+/// status reads the same in standalone and Kubernetes mode.
 pub(super) fn parent_status(
     controller_name: &str,
     parent: &HttpRouteParentRefs,
-    gw_key: &ObjectKey,
+    target: &ParentTarget,
     conditions: Vec<Condition>,
 ) -> HttpRouteStatusParents {
+    let (kind, key) = match &target.set {
+        Some(set) => ("ListenerSet", set),
+        None => ("Gateway", &target.gateway),
+    };
     HttpRouteStatusParents {
         conditions,
         controller_name: controller_name.to_owned(),
         parent_ref: HttpRouteStatusParentsParentRef {
             group: Some(GATEWAY_GROUP.to_owned()),
-            kind: Some("Gateway".to_owned()),
+            kind: Some(kind.to_owned()),
             name: parent.name.clone(),
-            namespace: Some(gw_key.namespace.clone()),
+            namespace: Some(key.namespace.clone()),
             port: parent.port,
             section_name: parent.section_name.clone(),
         },
@@ -378,6 +414,7 @@ fn attach_one(
     model: &RouteModel,
     route: &HttpRoute,
     parent: &HttpRouteParentRefs,
+    target: &ParentTarget,
     gateway: &mut GatewayModel<'_>,
 ) -> Condition {
     let generation = model.generation;
@@ -388,6 +425,7 @@ fn attach_one(
         .listeners
         .iter()
         .enumerate()
+        .filter(|(_, l)| target.has(l))
         .filter(|(_, l)| {
             parent
                 .section_name
