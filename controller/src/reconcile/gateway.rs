@@ -175,8 +175,11 @@ pub fn listeners<'g>(
         .filter(|l| l.accepted.is_ok() && l.terminates_tls())
     {
         // A ListenerSet's certificateRefs are resolved from its own namespace.
-        let cert_ns = l.set.as_ref().map_or(gateway_ns, |s| s.namespace.as_str());
-        match certificates::resolve(store, cert_ns, l.spec.tls.as_ref()) {
+        let (owner, cert_ns) = match &l.set {
+            Some(set) => ("ListenerSet", set.namespace.as_str()),
+            None => ("Gateway", gateway_ns),
+        };
+        match certificates::resolve(store, owner, cert_ns, l.spec.tls.as_ref()) {
             Ok(cert) => l.certificate = Some(cert),
             Err(problem) => l.refs = Err(problem),
         }
