@@ -193,6 +193,7 @@ impl Statuses {
             else {
                 continue;
             };
+            self.mark_set_bind_failures(&listener.sections, f);
             let Some((ns, name)) = listener.gateway.split_once('/') else {
                 continue;
             };
@@ -226,6 +227,55 @@ impl Statuses {
                         generation,
                         "Invalid",
                         "no listener of this Gateway could be bound",
+                    ),
+                );
+            }
+        }
+    }
+}
+
+impl Statuses {
+    /// A bind failure on ListenerSet listeners (sections `namespace/set/listener`).
+    fn mark_set_bind_failures(&mut self, sections: &[std::sync::Arc<str>], f: &BindFailure) {
+        for section in sections {
+            let mut parts = section.splitn(3, '/');
+            let (Some(ns), Some(set), Some(name)) = (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            let Some(ls) = self.listener_sets.get_mut(&ObjectKey::new(ns, set)) else {
+                continue;
+            };
+            let generation = ls.generation;
+            let msg = format!("cannot bind {}: {}", f.addr, f.reason);
+            for l in ls
+                .status
+                .listeners
+                .iter_mut()
+                .flatten()
+                .filter(|l| l.name == name)
+            {
+                replace(
+                    &mut l.conditions,
+                    cond::not_accepted(generation, "PortUnavailable", msg.clone()),
+                );
+                replace(
+                    &mut l.conditions,
+                    cond::not_programmed(generation, "Invalid", msg.clone()),
+                );
+            }
+            let any_programmed = ls.status.listeners.iter().flatten().any(|l| {
+                l.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Programmed" && c.status == "True")
+            });
+            if !any_programmed && let Some(conds) = ls.status.conditions.as_mut() {
+                replace(
+                    conds,
+                    cond::not_programmed(
+                        generation,
+                        "ListenersNotValid",
+                        "no listener of this ListenerSet could be bound",
                     ),
                 );
             }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::common::*;
 
 const TLS_PORT: u16 = 8443;
+const SQUATTED_PORT: u16 = 8444;
 
 /// Gateway `infra/edge` at .5 (HTTP :8080); its `allowedListeners` is `admit`.
 fn gateway(net: Net, admit: &str) -> String {
@@ -31,7 +32,8 @@ spec:
 
 /// ListenerSet `team/team`: HTTPS for app.team.example (Secret in its namespace), for
 /// shared.example (Secret in `infra`, granted to ListenerSets from `team`) and on
-/// :9443 for other.example (Secret in `infra`, not granted); a route on the set.
+/// :9443 for other.example (Secret in `infra`, not granted); HTTP on a port another
+/// process holds, named like the Gateway's own listener; a route on the set.
 fn team(net: Net) -> String {
     let mut m = format!(
         "---
@@ -44,6 +46,7 @@ spec:
   - {{name: app, port: {TLS_PORT}, protocol: HTTPS, hostname: app.team.example, tls: {{certificateRefs: [{{name: team-cert}}]}}}}
   - {{name: shared, port: {TLS_PORT}, protocol: HTTPS, hostname: shared.example, tls: {{certificateRefs: [{{name: shared-cert, namespace: infra}}]}}}}
   - {{name: ungranted, port: 9443, protocol: HTTPS, hostname: other.example, tls: {{certificateRefs: [{{name: other-cert, namespace: infra}}]}}}}
+  - {{name: http, port: {SQUATTED_PORT}, protocol: HTTP}}
 ---
 apiVersion: gateway.networking.k8s.io/v1beta1
 kind: ReferenceGrant
@@ -79,6 +82,8 @@ async fn listenerset_https_listener_serves_its_namespace_and_follows_admission()
     secrets.push_str(&tls_secret("infra", "shared-cert", &shared));
     secrets.push_str(&tls_secret("infra", "other-cert", &other));
     env.write_manifest("secrets.yaml", &secrets)?;
+    // Another process holds one ListenerSet port before the edge starts.
+    let _squatter = std::net::TcpListener::bind(net.addr(5, SQUATTED_PORT))?;
     let _echo = env.spawn_echo(net.echo_a(), "a").await?;
     let _edge = env.spawn_edge("edge").await?;
     // One Snapshot binds every socket: the Gateway's HTTP one answering means all are.
@@ -149,6 +154,18 @@ async fn listenerset_https_listener_serves_its_namespace_and_follows_admission()
     );
     let gw = status_item(&st, "Gateway", "infra", "edge")?;
     ensure!(gw["status"]["attachedListenerSets"] == 1, "gateway: {gw}");
+    // The bind failure is the ListenerSet listener's, not the Gateway listener's of
+    // the same name.
+    let squatted = gateway_listener(ls, "http")?;
+    expect_condition(
+        &squatted["conditions"],
+        "Accepted",
+        "False",
+        Some("PortUnavailable"),
+    )?;
+    expect_condition(&squatted["conditions"], "Programmed", "False", None)?;
+    let own = gateway_listener(gw, "http")?;
+    expect_condition(&own["conditions"], "Programmed", "True", None)?;
     let route = status_item(&st, "HTTPRoute", "team", "app")?;
     let parent = route_parent(route, "team", None)?;
     ensure!(parent["parentRef"]["kind"] == "ListenerSet", "{parent}");

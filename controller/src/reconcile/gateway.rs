@@ -81,6 +81,16 @@ impl ListenerModel<'_> {
         matches!(self.spec.protocol.as_str(), "TCP" | "UDP" | "TLS")
     }
 
+    /// The listener's name in the Snapshot's `sections`: its own name on the Gateway,
+    /// `namespace/set/name` for a ListenerSet's (listener names have no `/`), so that
+    /// bind failures land on the right status.
+    pub fn section(&self) -> Arc<str> {
+        match &self.set {
+            None => self.spec.name.as_str().into(),
+            Some(set) => format!("{set}/{}", self.spec.name).into(),
+        }
+    }
+
     /// Routes attached here, of every kind.
     pub fn attached_routes(&self) -> usize {
         self.attachments.len() + self.l4_attachments.len()

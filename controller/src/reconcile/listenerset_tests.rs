@@ -184,3 +184,40 @@ spec:
         0
     );
 }
+
+#[test]
+fn kubernetes_mode_gateway_service_exposes_listenerset_ports() {
+    use crate::reconcile::services::ServiceSettings;
+    use crate::reconcile::{Addressing, reconcile_with};
+    let parsed = manifest::parse(Path::new("t.yaml"), BASE);
+    assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
+    let settings = Settings {
+        controller_name: "aether.io/edge".into(),
+        address_pool: "127.0.1.0/24".parse().unwrap_or_else(|e| panic!("{e}")),
+    };
+    let addressing = Addressing::InternalPorts {
+        range: "20000-29999".parse().unwrap_or_else(|e| panic!("{e}")),
+        service: ServiceSettings {
+            edge_service: ObjectKey::new("edge-system", "aether-edge"),
+        },
+        bind: std::net::Ipv4Addr::UNSPECIFIED.into(),
+    };
+    let out = reconcile_with(&Store::from_objects(parsed.objects), &settings, &addressing);
+    let service = &out.services[&ObjectKey::new("edge", "gw")].service;
+    let mut ports: Vec<i32> = service
+        .spec
+        .iter()
+        .flat_map(|s| s.ports.iter().flatten())
+        .map(|p| p.port)
+        .collect();
+    ports.sort_unstable();
+    // The Gateway's 8080 and the admitted set's 8090; refused sets add nothing.
+    assert_eq!(ports, vec![8080, 8090]);
+    let closed = &out.services[&ObjectKey::new("edge", "closed")].service;
+    let n = closed
+        .spec
+        .iter()
+        .flat_map(|s| s.ports.iter().flatten())
+        .count();
+    assert_eq!(n, 1);
+}

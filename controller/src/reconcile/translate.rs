@@ -35,7 +35,7 @@ pub fn snapshot(
                 continue;
             };
             let plan = ports.entry(port).or_default();
-            plan.sections.push(listener.spec.name.as_str().into());
+            plan.sections.push(listener.section());
             if let Some(cert) = &listener.certificate {
                 plan.tls
                     .get_or_insert_with(TlsCerts::default)
