@@ -129,11 +129,12 @@ async fn listenerset_https_listener_serves_its_namespace_and_follows_admission()
 
     let st = env.status().await?;
     let ls = status_item(&st, "ListenerSet", "team", "team")?;
+    // Accepted, saying that a listener (the ungranted one) is not valid.
     expect_condition(
         &ls["status"]["conditions"],
         "Accepted",
         "True",
-        Some("Accepted"),
+        Some("ListenersNotValid"),
     )?;
     expect_condition(
         &ls["status"]["conditions"],

@@ -188,9 +188,23 @@ pub fn gate_on_parent(models: &mut BTreeMap<ObjectKey, GatewayModel<'_>>) {
     }
 }
 
-/// `status.attachedListenerSets` of a Gateway: reported once the Gateway admits
-/// ListenerSets at all, so Gateways that don't keep their status unchanged.
-pub fn attached_count(gw: &Gateway, attached: Option<i32>) -> Option<i32> {
+/// What the ListenerSets naming one Gateway came to.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SetCounts {
+    /// Accepted: at least one valid listener.
+    pub attached: i32,
+    /// Refused by the Gateway's `allowedListeners`.
+    pub not_allowed: i32,
+}
+
+/// A Gateway's `status.attachedListenerSets` and its `AttachedListenerSets`
+/// condition. Both appear once the Gateway admits ListenerSets or one names it, so
+/// Gateways that have nothing to do with ListenerSets keep their status unchanged.
+pub fn gateway_fields(
+    gw: &Gateway,
+    generation: i64,
+    counts: Option<SetCounts>,
+) -> Option<(i32, Condition)> {
     let admits = gw
         .spec
         .allowed_listeners
@@ -198,11 +212,36 @@ pub fn attached_count(gw: &Gateway, attached: Option<i32>) -> Option<i32> {
         .and_then(|a| a.namespaces.as_ref())
         .and_then(|n| n.from.as_ref())
         .is_some_and(|f| *f != GatewayAllowedListenersNamespacesFrom::None);
-    if admits || attached.is_some() {
-        Some(attached.unwrap_or(0))
-    } else {
-        None
+    if !admits && counts.is_none() {
+        return None;
     }
+    let c = counts.unwrap_or_default();
+    let condition = if c.attached > 0 {
+        cond::condition(
+            "AttachedListenerSets",
+            true,
+            "ListenerSetsAttached",
+            format!("{} ListenerSet(s) attached", c.attached),
+            generation,
+        )
+    } else if c.not_allowed > 0 {
+        cond::condition(
+            "AttachedListenerSets",
+            false,
+            "ListenerSetsNotAllowed",
+            "ListenerSets name this Gateway, but its allowedListeners does not admit them",
+            generation,
+        )
+    } else {
+        cond::condition(
+            "AttachedListenerSets",
+            false,
+            "NoListenerSetsAttached",
+            "no ListenerSet is attached",
+            generation,
+        )
+    };
+    Some((c.attached, condition))
 }
 
 /// The status of every judged ListenerSet, and per Gateway how many are attached
@@ -212,21 +251,25 @@ pub fn statuses(
     models: &BTreeMap<ObjectKey, GatewayModel<'_>>,
 ) -> (
     BTreeMap<ObjectKey, ObjectStatus<ListenerSetStatus>>,
-    BTreeMap<ObjectKey, i32>,
+    BTreeMap<ObjectKey, SetCounts>,
 ) {
     let mut out = BTreeMap::new();
-    let mut counts: BTreeMap<ObjectKey, i32> = BTreeMap::new();
+    let mut counts: BTreeMap<ObjectKey, SetCounts> = BTreeMap::new();
     for j in &sets.judged {
         let Some(m) = models.get(&j.gateway) else {
             continue;
         };
         let g = j.generation;
+        let count = counts.entry(j.gateway.clone()).or_default();
         let mut listeners = Vec::new();
         let (accepted, programmed) = match &j.verdict {
-            Err(Refusal::NotAllowed(why)) => (
-                cond::not_accepted(g, "NotAllowed", why.clone()),
-                cond::not_programmed(g, "NotAllowed", why.clone()),
-            ),
+            Err(Refusal::NotAllowed(why)) => {
+                count.not_allowed += 1;
+                (
+                    cond::not_accepted(g, "NotAllowed", why.clone()),
+                    cond::not_programmed(g, "NotAllowed", why.clone()),
+                )
+            }
             Err(Refusal::Invalid(why)) => (
                 cond::not_accepted(g, "ListenersNotValid", why.clone()),
                 cond::not_programmed(g, "ListenersNotValid", why.clone()),
@@ -249,7 +292,7 @@ pub fn statuses(
                     .map(|l| listener_status(g, l, m.address.is_ok()))
                     .collect();
                 if own.iter().any(|l| l.usable()) {
-                    *counts.entry(j.gateway.clone()).or_default() += 1;
+                    count.attached += 1;
                     let programmed = if m.address.is_ok() {
                         cond::programmed(g, "ListenerSet")
                     } else {
@@ -259,7 +302,20 @@ pub fn statuses(
                             format!("the parent Gateway {} has no address", j.gateway),
                         )
                     };
-                    (cond::accepted(g, "ListenerSet"), programmed)
+                    // Like a Gateway's: accepted while any listener is valid, saying so
+                    // when some are not.
+                    let accepted = if own.iter().all(|l| l.usable()) {
+                        cond::accepted(g, "ListenerSet")
+                    } else {
+                        cond::condition(
+                            "Accepted",
+                            true,
+                            "ListenersNotValid",
+                            "some listeners are not valid; the others are served",
+                            g,
+                        )
+                    };
+                    (accepted, programmed)
                 } else {
                     let why = "no listener of this ListenerSet is valid; see their conditions";
                     (
@@ -275,7 +331,7 @@ pub fn statuses(
                 generation: g,
                 status: ListenerSetStatus {
                     conditions: Some(vec![accepted, programmed]),
-                    listeners: Some(listeners),
+                    listeners: (!listeners.is_empty()).then_some(listeners),
                 },
             },
         );

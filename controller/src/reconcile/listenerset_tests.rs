@@ -91,7 +91,8 @@ fn precedence_conflicts_and_set_conditions() {
     let older = &sets[&ObjectKey::new("edge", "older")];
     assert_eq!(older.generation, 2);
     let conds = older.status.conditions.as_deref().unwrap_or_default();
-    assert_eq!(condition(conds, "Accepted"), ("True", "Accepted"));
+    // One of its listeners lost a conflict: accepted, saying so.
+    assert_eq!(condition(conds, "Accepted"), ("True", "ListenersNotValid"));
     assert_eq!(condition(conds, "Programmed"), ("True", "Programmed"));
     assert!(conds.iter().all(|c| c.observed_generation == Some(2)));
     let ls = older.status.listeners.as_deref().unwrap_or_default();
@@ -132,10 +133,23 @@ fn precedence_conflicts_and_set_conditions() {
 
     let gw = &out.statuses.gateways[&ObjectKey::new("edge", "gw")].status;
     assert_eq!(gw.attached_listener_sets, Some(1));
+    let conds = gw.conditions.as_deref().unwrap_or_default();
+    assert_eq!(
+        condition(conds, "AttachedListenerSets"),
+        ("True", "ListenerSetsAttached")
+    );
+    assert_eq!(condition(conds, "Accepted"), ("True", "Accepted"));
     // Only the Gateway's own listeners are reported on it.
     assert_eq!(gw.listeners.as_deref().unwrap_or_default().len(), 1);
     let closed = &out.statuses.gateways[&ObjectKey::new("edge", "closed")].status;
-    assert_eq!(closed.attached_listener_sets, None);
+    assert_eq!(closed.attached_listener_sets, Some(0));
+    assert_eq!(
+        condition(
+            closed.conditions.as_deref().unwrap_or_default(),
+            "AttachedListenerSets"
+        ),
+        ("False", "ListenerSetsNotAllowed")
+    );
     // The set's valid listener is served on the Gateway's address; refused sets' are not.
     let ports: Vec<u16> = out.snapshot.listeners.keys().map(|a| a.port()).collect();
     assert!(ports.contains(&8090), "{ports:?}");

@@ -210,8 +210,11 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
     for model in models.values() {
         let mut status = gateway_status(model);
         if let Some((_, gw)) = ordered.iter().find(|(k, _)| **k == model.key) {
-            status.attached_listener_sets =
-                listenerset::attached_count(gw, attached_sets.get(&model.key).copied());
+            let counts = attached_sets.get(&model.key).copied();
+            if let Some((n, c)) = listenerset::gateway_fields(gw, model.generation, counts) {
+                status.attached_listener_sets = Some(n);
+                status.conditions.get_or_insert_with(Vec::new).push(c);
+            }
         }
         if let Some(plan) = &plan {
             let scopes = plan.adjust_status(store, model, &mut status);
