@@ -235,3 +235,36 @@ fn kubernetes_mode_gateway_service_exposes_listenerset_ports() {
         .count();
     assert_eq!(n, 1);
 }
+
+#[test]
+fn a_set_of_a_gateway_that_is_not_accepted_serves_nothing() {
+    let out = outcome(
+        r#"apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: broken, namespace: edge}
+spec:
+  gatewayClassName: aether
+  allowedListeners: {namespaces: {from: All}}
+  listeners: [{name: sctp, port: 9000, protocol: SCTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: ListenerSet
+metadata: {name: orphan, namespace: apps}
+spec:
+  parentRef: {name: broken, namespace: edge}
+  listeners: [{name: web, port: 9100, protocol: HTTP}]
+"#,
+    );
+    let gw = &out.statuses.gateways[&ObjectKey::new("edge", "broken")].status;
+    let conds = gw.conditions.as_deref().unwrap_or_default();
+    assert_eq!(condition(conds, "Accepted"), ("False", "ListenersNotValid"));
+    let set = &out.statuses.listener_sets[&ObjectKey::new("apps", "orphan")].status;
+    let conds = set.conditions.as_deref().unwrap_or_default();
+    assert_eq!(condition(conds, "Accepted"), ("False", "ParentNotAccepted"));
+    assert_eq!(
+        condition(conds, "Programmed"),
+        ("False", "ParentNotProgrammed")
+    );
+    let ports: Vec<u16> = out.snapshot.listeners.keys().map(|a| a.port()).collect();
+    assert!(!ports.contains(&9100), "{ports:?}");
+}
