@@ -37,7 +37,6 @@ enum Refusal {
 }
 
 struct Judged {
-    key: ObjectKey,
     gateway: ObjectKey,
     generation: i64,
     verdict: Result<(), Refusal>,
@@ -48,7 +47,8 @@ pub struct ListenerSets {
     /// Per Gateway, the ListenerSets it takes, in precedence order (oldest first, then
     /// `namespace/name`).
     attached: BTreeMap<ObjectKey, Vec<AttachedSet>>,
-    judged: Vec<Judged>,
+    /// Every ListenerSet naming one of our Gateways, by its key.
+    judged: BTreeMap<ObjectKey, Judged>,
 }
 
 impl ListenerSets {
@@ -59,10 +59,7 @@ impl ListenerSets {
     /// The Gateway a ListenerSet parentRef resolves to, if the set exists and names
     /// one of our Gateways (taken or not).
     pub fn parent_of(&self, set: &ObjectKey) -> Option<&ObjectKey> {
-        self.judged
-            .iter()
-            .find(|j| j.key == *set)
-            .map(|j| &j.gateway)
+        self.judged.get(set).map(|j| &j.gateway)
     }
 }
 
@@ -70,11 +67,12 @@ impl ListenerSets {
 pub fn collect(store: &Store, gateways: &[(&ObjectKey, &Gateway)]) -> ListenerSets {
     let mut out = ListenerSets::default();
     let mut taken: Vec<(i64, ObjectKey, AttachedSet)> = Vec::new();
+    let ours: BTreeMap<&ObjectKey, &Gateway> = gateways.iter().copied().collect();
     for (key, ls) in &store.listener_sets {
         let Some(gw_key) = parent_key(key, ls) else {
             continue;
         };
-        let Some((_, gw)) = gateways.iter().find(|(k, _)| **k == gw_key) else {
+        let Some(gw) = ours.get(&gw_key) else {
             continue;
         };
         let verdict = allowed(store, gw, &gw_key, &key.namespace).and_then(|()| {
@@ -98,12 +96,14 @@ pub fn collect(store: &Store, gateways: &[(&ObjectKey, &Gateway)]) -> ListenerSe
                 },
             ));
         });
-        out.judged.push(Judged {
-            key: key.clone(),
-            gateway: gw_key,
-            generation: ls.metadata.generation.unwrap_or(1),
-            verdict,
-        });
+        out.judged.insert(
+            key.clone(),
+            Judged {
+                gateway: gw_key,
+                generation: ls.metadata.generation.unwrap_or(1),
+                verdict,
+            },
+        );
     }
     taken.sort_by(|a, b| (a.0, &a.2.key).cmp(&(b.0, &b.2.key)));
     for (_, gw, set) in taken {
@@ -255,7 +255,7 @@ pub fn statuses(
 ) {
     let mut out = BTreeMap::new();
     let mut counts: BTreeMap<ObjectKey, SetCounts> = BTreeMap::new();
-    for j in &sets.judged {
+    for (key, j) in &sets.judged {
         let Some(m) = models.get(&j.gateway) else {
             continue;
         };
@@ -285,7 +285,7 @@ pub fn statuses(
                 let own: Vec<&ListenerModel<'_>> = m
                     .listeners
                     .iter()
-                    .filter(|l| l.set.as_ref() == Some(&j.key))
+                    .filter(|l| l.set.as_ref() == Some(key))
                     .collect();
                 listeners = own
                     .iter()
@@ -326,7 +326,7 @@ pub fn statuses(
             }
         };
         out.insert(
-            j.key.clone(),
+            key.clone(),
             ObjectStatus {
                 generation: g,
                 status: ListenerSetStatus {

@@ -268,3 +268,40 @@ spec:
     let ports: Vec<u16> = out.snapshot.listeners.keys().map(|a| a.port()).collect();
     assert!(!ports.contains(&9100), "{ports:?}");
 }
+
+#[test]
+fn tcp_routes_attach_to_a_set_listener() {
+    let out = outcome(
+        r#"apiVersion: gateway.networking.k8s.io/v1
+kind: ListenerSet
+metadata: {name: tcp-set, namespace: edge}
+spec:
+  parentRef: {name: gw}
+  listeners: [{name: db, port: 5432, protocol: TCP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TCPRoute
+metadata: {name: db, namespace: edge}
+spec:
+  parentRefs: [{kind: ListenerSet, name: tcp-set, sectionName: db}]
+  rules: [{backendRefs: [{name: echo, port: 80}]}]
+"#,
+    );
+    let set = &out.statuses.listener_sets[&ObjectKey::new("edge", "tcp-set")].status;
+    let l = &set.listeners.as_deref().unwrap_or_default()[0];
+    assert_eq!((l.name.as_str(), l.attached_routes), ("db", 1));
+    let route = out
+        .statuses
+        .l4_routes
+        .iter()
+        .find(|((_, k), _)| k.name == "db")
+        .map(|(_, s)| &s.status)
+        .unwrap_or_else(|| panic!("no TCPRoute status"));
+    let parent = &route.parents[0];
+    assert_eq!(parent.parent_ref.kind.as_deref(), Some("ListenerSet"));
+    assert_eq!(
+        condition(&parent.conditions, "Accepted"),
+        ("True", "Accepted")
+    );
+    assert!(out.snapshot.listeners.keys().any(|a| a.port() == 5432));
+}
