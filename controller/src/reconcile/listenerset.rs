@@ -342,13 +342,24 @@ pub fn statuses(
 /// A ListenerSet listener's status. A conflicted listener is neither Accepted nor
 /// Programmed, with the conflict as the reason of both.
 fn listener_status(g: i64, l: &ListenerModel<'_>, addressed: bool) -> ListenerSetStatusListeners {
-    let accepted = match (&l.conflict, &l.accepted) {
+    // The spec asks not to leak the parent's or siblings' details to a ListenerSet's
+    // owner: a conflict says what lost, not which listener of which object won.
+    let conflict = l.conflict.as_ref().map(|(reason, _)| {
+        let port = l.spec.port;
+        let msg = if *reason == "ProtocolConflict" {
+            format!("port {port} is already served with another protocol by a listener of the Gateway or of an older ListenerSet")
+        } else {
+            format!("port {port} and this hostname are already served by a listener of the Gateway or of an older ListenerSet")
+        };
+        (*reason, msg)
+    });
+    let accepted = match (&conflict, &l.accepted) {
         (Some((reason, msg)), _) | (None, Err((reason, msg))) => {
             cond::not_accepted(g, reason, msg.clone())
         }
         (None, Ok(())) => cond::accepted(g, "Listener"),
     };
-    let conflicted = match &l.conflict {
+    let conflicted = match &conflict {
         None => cond::no_conflicts(g),
         Some((reason, msg)) => cond::conflicted(g, reason, msg.clone()),
     };
@@ -356,7 +367,7 @@ fn listener_status(g: i64, l: &ListenerModel<'_>, addressed: bool) -> ListenerSe
         Ok(()) => cond::resolved_refs(g),
         Err((reason, msg)) => cond::unresolved_refs(g, reason, msg.clone()),
     };
-    let programmed: Condition = match &l.conflict {
+    let programmed: Condition = match &conflict {
         Some((reason, msg)) => cond::not_programmed(g, reason, msg.clone()),
         None if l.usable() && addressed => cond::programmed(g, "Listener"),
         None => cond::not_programmed(
