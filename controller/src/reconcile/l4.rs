@@ -163,7 +163,7 @@ fn attach_one(
         return cond::not_accepted(
             generation,
             "NoMatchingParent",
-            "no listener matches the parentRef's sectionName and port",
+            target.no_listener_message(gateway),
         );
     }
     let gw_ns = gateway.key.namespace.clone();

@@ -342,6 +342,18 @@ impl ParentTarget {
     pub fn has(&self, l: &ListenerModel<'_>) -> bool {
         l.set == self.set
     }
+
+    /// Why a parentRef selects no listener: its sectionName or port, or a ListenerSet
+    /// its Gateway did not take.
+    pub fn no_listener_message(&self, gateway: &GatewayModel<'_>) -> String {
+        match &self.set {
+            Some(set) if !gateway.listeners.iter().any(|l| self.has(l)) => format!(
+                "ListenerSet {set} is not attached to Gateway {}; see its status",
+                self.gateway
+            ),
+            _ => "no listener matches the parentRef's sectionName and port".to_owned(),
+        }
+    }
 }
 
 /// The Gateway or ListenerSet a parentRef names, or None for parents of other kinds or
@@ -439,7 +451,7 @@ fn attach_one(
         return cond::not_accepted(
             generation,
             "NoMatchingParent",
-            "no listener matches the parentRef's sectionName and port",
+            target.no_listener_message(gateway),
         );
     }
     let gw_ns = gateway.key.namespace.clone();
