@@ -13,6 +13,7 @@ pub mod hostname;
 mod l4;
 mod l4_translate;
 pub mod listenerset;
+mod parent;
 pub mod portpool;
 pub mod ports;
 pub mod routability;

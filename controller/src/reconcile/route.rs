@@ -22,9 +22,10 @@ use aether_proxy::filters::Filters;
 use super::backend::{BackendRefSpec, BackendResolver, RefProblem};
 use super::conditions as cond;
 use super::filters;
-use super::gateway::{GATEWAY_GROUP, GatewayModel, ListenerModel};
+use super::gateway::{GATEWAY_GROUP, GatewayModel};
 use super::hostname;
 use super::listenerset::ListenerSets;
+use super::parent::{ParentTarget, parent_target};
 use crate::store::{ObjectKey, Store};
 
 /// An HTTPRoute as the data plane will need it, independent of its parents.
@@ -326,61 +327,6 @@ pub fn attach(
         statuses.push(parents);
     }
     statuses
-}
-
-/// What a parentRef names: a Gateway, or a ListenerSet of one of our Gateways.
-pub(super) struct ParentTarget {
-    pub gateway: ObjectKey,
-    /// The ListenerSet named; its listeners are the only ones selected. A Gateway
-    /// parentRef selects only the Gateway's own listeners (GEP-1713: attaching to a
-    /// Gateway does not attach to its ListenerSets).
-    pub set: Option<ObjectKey>,
-}
-
-impl ParentTarget {
-    /// Is this listener one of the target's?
-    pub fn has(&self, l: &ListenerModel<'_>) -> bool {
-        l.set == self.set
-    }
-
-    /// Why a parentRef selects no listener: its sectionName or port, or a ListenerSet
-    /// its Gateway did not take.
-    pub fn no_listener_message(&self, gateway: &GatewayModel<'_>) -> String {
-        match &self.set {
-            Some(set) if !gateway.listeners.iter().any(|l| self.has(l)) => format!(
-                "ListenerSet {set} is not attached to Gateway {}; see its status",
-                self.gateway
-            ),
-            _ => "no listener matches the parentRef's sectionName and port".to_owned(),
-        }
-    }
-}
-
-/// The Gateway or ListenerSet a parentRef names, or None for parents of other kinds or
-/// ListenerSets of Gateways not ours (which other controllers may own). The same for
-/// every route kind.
-pub(super) fn parent_target(
-    sets: &ListenerSets,
-    parent: &HttpRouteParentRefs,
-    route_ns: &str,
-) -> Option<ParentTarget> {
-    let group = parent.group.as_deref().unwrap_or(GATEWAY_GROUP);
-    let kind = parent.kind.as_deref().unwrap_or("Gateway");
-    let key = ObjectKey::new(
-        parent.namespace.as_deref().unwrap_or(route_ns),
-        parent.name.as_str(),
-    );
-    match (group == GATEWAY_GROUP, kind) {
-        (true, "Gateway") => Some(ParentTarget {
-            gateway: key,
-            set: None,
-        }),
-        (true, "ListenerSet") => Some(ParentTarget {
-            gateway: sets.parent_of(&key)?.clone(),
-            set: Some(key),
-        }),
-        _ => None,
-    }
 }
 
 /// ResolvedRefs from a route's first backendRef problem.
