@@ -7,6 +7,7 @@ use aether_proxy::{BindFailure, Snapshot};
 use gateway_api::gatewayclasses::GatewayClassStatus;
 use gateway_api::gateways::GatewayStatus;
 use gateway_api::httproutes::HttpRouteStatus;
+use gateway_api::listenersets::ListenerSetStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
@@ -34,6 +35,8 @@ pub struct Statuses {
     pub address_routability: BTreeMap<ObjectKey, Vec<String>>,
     /// TCPRoutes, UDPRoutes and TLSRoutes; their status has HTTPRoute's shape.
     pub l4_routes: BTreeMap<(L4Kind, ObjectKey), ObjectStatus<HttpRouteStatus>>,
+    /// ListenerSets whose parent is one of our Gateways.
+    pub listener_sets: BTreeMap<ObjectKey, ObjectStatus<ListenerSetStatus>>,
 }
 
 /// Adds `routability` to each entry of a serialized status's `addresses`.
@@ -94,8 +97,13 @@ impl Statuses {
             .l4_routes
             .iter()
             .map(|((kind, k), s)| item(kind.as_str(), &k.name, Some(&k.namespace), s));
+        let sets = self
+            .listener_sets
+            .iter()
+            .map(|(k, s)| item("ListenerSet", &k.name, Some(&k.namespace), s));
         classes
             .chain(gateways)
+            .chain(sets)
             .chain(routes)
             .chain(grpc_routes)
             .chain(l4)
@@ -118,6 +126,22 @@ impl Statuses {
         }
         for (key, s) in &mut self.gateways {
             let prev = previous.gateways.get(key).map(|p| &p.status);
+            stamp(
+                s.status.conditions.iter_mut().flatten(),
+                prev.and_then(|p| p.conditions.as_deref())
+                    .unwrap_or_default(),
+                now,
+            );
+            for l in s.status.listeners.iter_mut().flatten() {
+                let prev_l = prev
+                    .and_then(|p| p.listeners.as_ref())
+                    .and_then(|ls| ls.iter().find(|x| x.name == l.name))
+                    .map(|x| x.conditions.as_slice());
+                stamp(l.conditions.iter_mut(), prev_l.unwrap_or_default(), now);
+            }
+        }
+        for (key, s) in &mut self.listener_sets {
+            let prev = previous.listener_sets.get(key).map(|p| &p.status);
             stamp(
                 s.status.conditions.iter_mut().flatten(),
                 prev.and_then(|p| p.conditions.as_deref())
@@ -169,6 +193,7 @@ impl Statuses {
             else {
                 continue;
             };
+            self.mark_set_bind_failures(&listener.sections, f);
             let Some((ns, name)) = listener.gateway.split_once('/') else {
                 continue;
             };
@@ -202,6 +227,55 @@ impl Statuses {
                         generation,
                         "Invalid",
                         "no listener of this Gateway could be bound",
+                    ),
+                );
+            }
+        }
+    }
+}
+
+impl Statuses {
+    /// A bind failure on ListenerSet listeners (sections `namespace/set/listener`).
+    fn mark_set_bind_failures(&mut self, sections: &[std::sync::Arc<str>], f: &BindFailure) {
+        for section in sections {
+            let mut parts = section.splitn(3, '/');
+            let (Some(ns), Some(set), Some(name)) = (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            let Some(ls) = self.listener_sets.get_mut(&ObjectKey::new(ns, set)) else {
+                continue;
+            };
+            let generation = ls.generation;
+            let msg = format!("cannot bind {}: {}", f.addr, f.reason);
+            for l in ls
+                .status
+                .listeners
+                .iter_mut()
+                .flatten()
+                .filter(|l| l.name == name)
+            {
+                replace(
+                    &mut l.conditions,
+                    cond::not_accepted(generation, "PortUnavailable", msg.clone()),
+                );
+                replace(
+                    &mut l.conditions,
+                    cond::not_programmed(generation, "Invalid", msg.clone()),
+                );
+            }
+            let any_programmed = ls.status.listeners.iter().flatten().any(|l| {
+                l.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Programmed" && c.status == "True")
+            });
+            if !any_programmed && let Some(conds) = ls.status.conditions.as_mut() {
+                replace(
+                    conds,
+                    cond::not_programmed(
+                        generation,
+                        "ListenersNotValid",
+                        "no listener of this ListenerSet could be bound",
                     ),
                 );
             }

@@ -7,6 +7,7 @@ use std::fmt;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
+use gateway_api::listenersets::ListenerSet;
 use gateway_api::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodSpec, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -61,6 +62,7 @@ pub enum Object {
     /// A GRPCRoute in its HTTPRoute form (see `grpc_route`).
     GrpcRoute(Box<HttpRoute>),
     ReferenceGrant(Box<ReferenceGrant>),
+    ListenerSet(Box<ListenerSet>),
     Secret(Box<Secret>),
     ConfigMap(Box<ConfigMap>),
     Service(Box<Service>),
@@ -81,6 +83,7 @@ impl Object {
             Object::HttpRoute(o) => &o.metadata,
             Object::GrpcRoute(o) => &o.metadata,
             Object::ReferenceGrant(o) => &o.metadata,
+            Object::ListenerSet(o) => &o.metadata,
             Object::Secret(o) => &o.metadata,
             Object::ConfigMap(o) => &o.metadata,
             Object::Service(o) => &o.metadata,
@@ -98,6 +101,7 @@ impl Object {
             Object::HttpRoute(_) => "HTTPRoute",
             Object::GrpcRoute(_) => "GRPCRoute",
             Object::ReferenceGrant(_) => "ReferenceGrant",
+            Object::ListenerSet(_) => "ListenerSet",
             Object::Secret(_) => "Secret",
             Object::ConfigMap(_) => "ConfigMap",
             Object::Service(_) => "Service",
@@ -119,6 +123,8 @@ pub struct Store {
     /// GRPCRoutes, in their HTTPRoute form.
     pub grpc_routes: BTreeMap<ObjectKey, HttpRoute>,
     pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
+    /// Extra listeners for Gateways that allow them (GEP-1713).
+    pub listener_sets: BTreeMap<ObjectKey, ListenerSet>,
     pub secrets: BTreeMap<ObjectKey, Secret>,
     /// ConfigMaps, holding only their `ca.crt` (frontend TLS validation CA bundles).
     pub config_maps: BTreeMap<ObjectKey, ConfigMap>,
@@ -169,6 +175,10 @@ impl Store {
             Object::ReferenceGrant(mut o) => {
                 let key = defaulted(&mut o.metadata);
                 self.reference_grants.insert(key, *o);
+            }
+            Object::ListenerSet(mut o) => {
+                let key = defaulted(&mut o.metadata);
+                self.listener_sets.insert(key, *o);
             }
             Object::Secret(mut o) => {
                 let key = defaulted(&mut o.metadata);

@@ -6,6 +6,7 @@
 mod chart;
 mod cluster;
 mod l4;
+mod listenerset;
 mod replicas;
 mod restart;
 mod routability;

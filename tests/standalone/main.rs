@@ -18,6 +18,7 @@ mod l4_pool;
 mod l4_tcp;
 mod l4_udp;
 mod limits;
+mod listenerset;
 mod mesh;
 mod mesh_health;
 mod mesh_pool;

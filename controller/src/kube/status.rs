@@ -13,6 +13,7 @@ use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::{HttpRoute, HttpRouteStatus, HttpRouteStatusParents};
+use gateway_api::listenersets::ListenerSet;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::{Api, Client};
@@ -145,6 +146,33 @@ impl StatusWriter {
                         rv(&obj.metadata),
                         with_routability(to_value(&status), &scopes),
                         server.map(|s| with_routability(to_value(s), &server_scopes)),
+                        None,
+                    ));
+                }
+            }
+            for (key, s) in &desired.listener_sets {
+                if let Some(obj) = store.listener_sets.get(key) {
+                    let mut status = s.status.clone();
+                    let server = obj.status.as_ref();
+                    carry(
+                        status.conditions.iter_mut().flatten(),
+                        server.and_then(|x| x.conditions.as_deref()),
+                    );
+                    for l in status.listeners.iter_mut().flatten() {
+                        let prev = server
+                            .and_then(|x| x.listeners.as_ref())
+                            .and_then(|ls| ls.iter().find(|x| x.name == l.name));
+                        carry(
+                            l.conditions.iter_mut(),
+                            prev.map(|p| p.conditions.as_slice()),
+                        );
+                    }
+                    out.push(self.plan(
+                        "ListenerSet",
+                        key.clone(),
+                        rv(&obj.metadata),
+                        to_value(&status),
+                        server.map(to_value),
                         None,
                     ));
                 }
@@ -290,6 +318,12 @@ impl StatusWriter {
             }
             "Gateway" => {
                 Api::<Gateway>::namespaced(self.client.clone(), &w.key.namespace)
+                    .patch_status(&w.key.name, &params, &patch)
+                    .await?
+                    .metadata
+            }
+            "ListenerSet" => {
+                Api::<ListenerSet>::namespaced(self.client.clone(), &w.key.namespace)
                     .patch_status(&w.key.name, &params, &patch)
                     .await?
                     .metadata

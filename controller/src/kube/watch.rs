@@ -12,6 +12,7 @@ use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
+use gateway_api::listenersets::ListenerSet;
 use gateway_api::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -188,6 +189,7 @@ impl Kind for GrpcRoute {
     }
 }
 namespaced!(ReferenceGrant, ReferenceGrant, reference_grants);
+namespaced!(ListenerSet, ListenerSet, listener_sets);
 namespaced!(Service, Service, services);
 namespaced!(EndpointSlice, EndpointSlice, endpoint_slices);
 namespaced!(Secret, Secret, secrets);
@@ -253,7 +255,7 @@ pub fn spawn(client: &Client, shared: &Arc<Shared>, pods: bool) {
     let all = watcher::Config::default();
     shared
         .pending
-        .store(if pods { 14 } else { 13 }, Ordering::Release);
+        .store(if pods { 15 } else { 14 }, Ordering::Release);
     start::<GatewayClass>(Api::all(client.clone()), all.clone(), shared);
     start::<RawGateway>(Api::all(client.clone()), all.clone(), shared);
     start::<HttpRoute>(Api::all(client.clone()), all.clone(), shared);
@@ -262,6 +264,7 @@ pub fn spawn(client: &Client, shared: &Arc<Shared>, pods: bool) {
     start::<UdpRouteV1>(Api::all(client.clone()), all.clone(), shared);
     start::<TlsRouteV1>(Api::all(client.clone()), all.clone(), shared);
     start::<ReferenceGrant>(Api::all(client.clone()), all.clone(), shared);
+    start::<ListenerSet>(Api::all(client.clone()), all.clone(), shared);
     start::<Service>(Api::all(client.clone()), all.clone(), shared);
     start::<EndpointSlice>(Api::all(client.clone()), all.clone(), shared);
     start::<Namespace>(Api::all(client.clone()), all.clone(), shared);

@@ -11,8 +11,11 @@ use crate::store::{ObjectKey, Store};
 
 /// The certificate an HTTPS listener terminates with. Only the first certificateRef
 /// is served: one key type per listener is what clients of this edge need today.
+/// `owner_kind` (Gateway or ListenerSet) in `gateway_ns` declares the listener: a
+/// ReferenceGrant must admit that kind.
 pub fn resolve(
     store: &Store,
+    owner_kind: &str,
     gateway_ns: &str,
     tls: Option<&GatewayListenersTls>,
 ) -> Result<Arc<CertifiedKey>, Problem> {
@@ -44,7 +47,7 @@ pub fn resolve(
     }
     let namespace = r.namespace.as_deref().unwrap_or(gateway_ns);
     if namespace != gateway_ns
-        && !store.reference_granted("Gateway", gateway_ns, "", "Secret", namespace, &r.name)
+        && !store.reference_granted(owner_kind, gateway_ns, "", "Secret", namespace, &r.name)
     {
         return Err((
             "RefNotPermitted",

@@ -48,6 +48,8 @@ pub struct ListenerModel<'a> {
     /// route, and the ports handed out (L4 route index -> port).
     pub pool: Option<super::ports::PortRange>,
     pub pool_ports: BTreeMap<usize, u16>,
+    /// The ListenerSet this listener comes from; None for the Gateway's own.
+    pub set: Option<ObjectKey>,
 }
 
 impl ListenerModel<'_> {
@@ -79,6 +81,16 @@ impl ListenerModel<'_> {
         matches!(self.spec.protocol.as_str(), "TCP" | "UDP" | "TLS")
     }
 
+    /// The listener's name in the Snapshot's `sections`: its own name on the Gateway,
+    /// `namespace/set/name` for a ListenerSet's (listener names have no `/`), so that
+    /// bind failures land on the right status.
+    pub fn section(&self) -> Arc<str> {
+        match &self.set {
+            None => self.spec.name.as_str().into(),
+            Some(set) => format!("{set}/{}", self.spec.name).into(),
+        }
+    }
+
     /// Routes attached here, of every kind.
     pub fn attached_routes(&self) -> usize {
         self.attachments.len() + self.l4_attachments.len()
@@ -90,6 +102,11 @@ impl ListenerModel<'_> {
 
     /// Does this listener let a route of `kind` from `namespace` attach?
     pub fn allows(&self, store: &Store, gateway_ns: &str, namespace: &str, kind: &str) -> bool {
+        // `Same` means the namespace of whatever declares the listener.
+        let gateway_ns = self
+            .set
+            .as_ref()
+            .map_or(gateway_ns, |s| s.namespace.as_str());
         let kind_ok = self.supported_kinds.iter().any(|k| {
             k.kind == kind && k.group.as_deref().unwrap_or(GATEWAY_GROUP) == GATEWAY_GROUP
         });
@@ -113,7 +130,7 @@ impl ListenerModel<'_> {
     }
 }
 
-fn selector_matches(
+pub(super) fn selector_matches(
     sel: &GatewayListenersAllowedRoutesNamespacesSelector,
     labels: &BTreeMap<String, String>,
 ) -> bool {
@@ -147,18 +164,32 @@ fn protocol_kinds(protocol: &str) -> &'static [&'static str] {
     }
 }
 
-/// Validates the listeners of one Gateway (in namespace `gateway_ns`).
+/// Validates the listeners of one Gateway (in namespace `gateway_ns`): its own, then
+/// those of the ListenerSets attached to it, in the spec's precedence order, so every
+/// conflict below keeps the earlier listener.
 pub fn listeners<'g>(
     store: &Store,
     gateway_ns: &str,
     gateway: &'g Gateway,
+    sets: &'g [super::listenerset::AttachedSet],
 ) -> Vec<ListenerModel<'g>> {
     let mut out: Vec<ListenerModel<'g>> = gateway.spec.listeners.iter().map(validate).collect();
+    for set in sets {
+        out.extend(set.listeners.iter().map(|spec| ListenerModel {
+            set: Some(set.key.clone()),
+            ..validate(spec)
+        }));
+    }
     for l in out
         .iter_mut()
         .filter(|l| l.accepted.is_ok() && l.terminates_tls())
     {
-        match certificates::resolve(store, gateway_ns, l.spec.tls.as_ref()) {
+        // A ListenerSet's certificateRefs are resolved from its own namespace.
+        let (owner, cert_ns) = match &l.set {
+            Some(set) => ("ListenerSet", set.namespace.as_str()),
+            None => ("Gateway", gateway_ns),
+        };
+        match certificates::resolve(store, owner, cert_ns, l.spec.tls.as_ref()) {
             Ok(cert) => l.certificate = Some(cert),
             Err(problem) => l.refs = Err(problem),
         }
@@ -245,6 +276,7 @@ fn validate(spec: &GatewayListeners) -> ListenerModel<'_> {
         l4_attachments: Vec::new(),
         pool: None,
         pool_ports: BTreeMap::new(),
+        set: None,
     };
     let kinds = protocol_kinds(&spec.protocol);
     if kinds.is_empty() {

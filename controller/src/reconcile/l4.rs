@@ -17,7 +17,9 @@ use super::backend::{BackendRefSpec, BackendResolver, RefProblem};
 use super::conditions as cond;
 use super::gateway::GatewayModel;
 use super::hostname;
-use super::route::{RouteAttachment, parent_gateway, parent_status, refs_condition};
+use super::listenerset::ListenerSets;
+use super::parent::{ParentTarget, parent_target};
+use super::route::{RouteAttachment, parent_status, refs_condition};
 use crate::l4route::{L4Kind, L4Route};
 use crate::status::ObjectStatus;
 use crate::store::{ObjectKey, Store};
@@ -89,6 +91,7 @@ fn listener_protocol(kind: L4Kind) -> &'static str {
 /// statuses (same shape as HTTPRoute's).
 pub fn attach(
     store: &Store,
+    sets: &ListenerSets,
     controller_name: &str,
     routes: &[(L4RouteModel, &L4Route)],
     gateways: &mut BTreeMap<ObjectKey, GatewayModel<'_>>,
@@ -97,18 +100,18 @@ pub fn attach(
     for (index, (model, route)) in routes.iter().enumerate() {
         let mut parents = Vec::new();
         for parent in route.spec.parent_refs.iter().flatten() {
-            let Some(gw_key) = parent_gateway(parent, &model.key.namespace) else {
+            let Some(target) = parent_target(sets, parent, &model.key.namespace) else {
                 continue;
             };
-            let Some(gateway) = gateways.get_mut(&gw_key) else {
+            let Some(gateway) = gateways.get_mut(&target.gateway) else {
                 continue;
             };
-            let accepted = attach_one(store, index, model, route, parent, gateway);
+            let accepted = attach_one(store, index, model, route, parent, &target, gateway);
             let refs = refs_condition(model.generation, &model.refs);
             parents.push(parent_status(
                 controller_name,
                 parent,
-                &gw_key,
+                &target,
                 vec![accepted, refs],
             ));
         }
@@ -131,6 +134,7 @@ fn attach_one(
     model: &L4RouteModel,
     route: &L4Route,
     parent: &HttpRouteParentRefs,
+    target: &ParentTarget,
     gateway: &mut GatewayModel<'_>,
 ) -> Condition {
     let generation = model.generation;
@@ -139,6 +143,7 @@ fn attach_one(
         .listeners
         .iter()
         .enumerate()
+        .filter(|(_, l)| target.has(l))
         .filter(|(_, l)| {
             parent
                 .section_name
@@ -159,7 +164,7 @@ fn attach_one(
         return cond::not_accepted(
             generation,
             "NoMatchingParent",
-            "no listener matches the parentRef's sectionName and port",
+            target.no_listener_message(gateway),
         );
     }
     let gw_ns = gateway.key.namespace.clone();

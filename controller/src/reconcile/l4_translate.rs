@@ -69,7 +69,7 @@ pub fn add_listeners(
                     let l = Listener::l4(
                         addr,
                         Arc::clone(&gateway),
-                        vec![listener.spec.name.as_str().into()],
+                        vec![listener.section()],
                         protocol,
                         L4Routes::single(target(&gateway, route)),
                     )
@@ -98,7 +98,7 @@ pub fn add_listeners(
                     sections: Vec::new(),
                     entries: Vec::new(),
                 });
-            plan.sections.push(listener.spec.name.as_str().into());
+            plan.sections.push(listener.section());
             if let Some(cert) = &listener.certificate {
                 plan.tls
                     .get_or_insert_with(TlsCerts::default)

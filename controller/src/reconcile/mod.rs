@@ -12,6 +12,8 @@ mod gateway;
 pub mod hostname;
 mod l4;
 mod l4_translate;
+pub mod listenerset;
+mod parent;
 pub mod portpool;
 pub mod ports;
 pub mod routability;
@@ -133,6 +135,7 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
             .map(|(k, _)| (k.clone(), Ok(*bind)))
             .collect(),
     };
+    let sets = listenerset::collect(store, &ordered);
     let mut models: BTreeMap<ObjectKey, GatewayModel<'_>> = ordered
         .iter()
         .map(|(key, gw)| {
@@ -142,11 +145,12 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
                 address: addresses
                     .remove(*key)
                     .unwrap_or(Err(AddressError::PoolExhausted)),
-                listeners: gateway::listeners(store, &key.namespace, gw),
+                listeners: gateway::listeners(store, &key.namespace, gw, sets.for_gateway(key)),
             };
             ((*key).clone(), model)
         })
         .collect();
+    listenerset::gate_on_parent(&mut models);
 
     if let Addressing::SharedService { .. } = addressing {
         let order: Vec<&ObjectKey> = ordered.iter().map(|(k, _)| *k).collect();
@@ -161,7 +165,13 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
         .chain(grpc)
         .map(|(k, r, kind)| (route::compile(k.clone(), kind, r, &mut resolver), r))
         .collect();
-    let route_parents = route::attach(store, &settings.controller_name, &routes, &mut models);
+    let route_parents = route::attach(
+        store,
+        &sets,
+        &settings.controller_name,
+        &routes,
+        &mut models,
+    );
     for ((model, _), parents) in routes.iter().zip(route_parents) {
         if !parents.is_empty() {
             let by_kind = if model.kind == "GRPCRoute" {
@@ -184,7 +194,13 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
         .iter()
         .map(|((kind, k), r)| (l4::compile(*kind, k.clone(), r, &mut resolver), r))
         .collect();
-    statuses.l4_routes = l4::attach(store, &settings.controller_name, &l4_routes, &mut models);
+    statuses.l4_routes = l4::attach(
+        store,
+        &sets,
+        &settings.controller_name,
+        &l4_routes,
+        &mut models,
+    );
     portpool::apply(&mut models, &l4_routes, &mut statuses.l4_routes);
 
     // Kubernetes-mode placement comes after attachment: a port pool's listener needs an
@@ -203,14 +219,25 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
     let internal = plan.as_ref().map(|p| &p.ports);
     let mut snapshot = translate::snapshot(&models, &routes, internal);
     l4_translate::add_listeners(&mut snapshot, &models, &l4_routes, internal);
+    let (set_statuses, attached_sets) = listenerset::statuses(&sets, &models);
+    statuses.listener_sets = set_statuses;
     for model in models.values() {
         let mut status = gateway_status(model);
+        let gw = ordered
+            .iter()
+            .find(|(k, _)| **k == model.key)
+            .map(|(_, g)| *g);
+        if let Some(gw) = gw {
+            let counts = attached_sets.get(&model.key).copied();
+            if let Some((n, c)) = listenerset::gateway_fields(gw, model.generation, counts) {
+                status.attached_listener_sets = Some(n);
+                status.conditions.get_or_insert_with(Vec::new).push(c);
+            }
+        }
         let scopes = match (&plan, addressing) {
             (Some(plan), _) => plan.adjust_status(store, model, &mut status),
-            (None, Addressing::SharedService { service, .. }) => ordered
-                .iter()
-                .find(|(k, _)| **k == model.key)
-                .map(|(_, gw)| shared::adjust_status(store, service, gw, model, &mut status))
+            (None, Addressing::SharedService { service, .. }) => gw
+                .map(|gw| shared::adjust_status(store, service, gw, model, &mut status))
                 .unwrap_or_default(),
             (None, _) => Vec::new(),
         };
@@ -255,8 +282,10 @@ fn address_request(gw: &Gateway) -> AddressRequest {
 
 fn gateway_status(m: &GatewayModel<'_>) -> GatewayStatus {
     let generation = m.generation;
-    let listeners: Vec<GatewayStatusListeners> = m
-        .listeners
+    // ListenerSets' listeners are reported on their ListenerSets.
+    let own: Vec<&gateway::ListenerModel<'_>> =
+        m.listeners.iter().filter(|l| l.set.is_none()).collect();
+    let listeners: Vec<GatewayStatusListeners> = own
         .iter()
         .map(|l| {
             let accepted = match &l.accepted {
@@ -288,15 +317,15 @@ fn gateway_status(m: &GatewayModel<'_>) -> GatewayStatus {
             }
         })
         .collect();
-    let usable = m.listeners.iter().filter(|l| l.usable()).count();
+    let usable = own.iter().filter(|l| l.usable()).count();
     let accepted = match &m.address {
         Err(AddressError::Unsupported(why)) => {
             cond::not_accepted(generation, "UnsupportedAddress", why.clone())
         }
-        _ if usable == 0 && !m.listeners.is_empty() => {
+        _ if usable == 0 && !own.is_empty() => {
             cond::not_accepted(generation, "ListenersNotValid", "no listener is valid")
         }
-        _ if usable < m.listeners.len() => cond::condition(
+        _ if usable < own.len() => cond::condition(
             "Accepted",
             true,
             "ListenersNotValid",
@@ -319,7 +348,7 @@ fn gateway_status(m: &GatewayModel<'_>) -> GatewayStatus {
             "AddressNotAssigned",
             "the address pool has no free address",
         ),
-        Ok(_) if usable == 0 => {
+        Ok(_) if usable == 0 && !m.listeners.iter().any(|l| l.usable()) => {
             cond::not_programmed(generation, "Invalid", "no listener can be served")
         }
         Ok(_) => cond::programmed(generation, "Gateway"),

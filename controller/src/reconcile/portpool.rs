@@ -46,6 +46,10 @@ pub fn validate(gateway: &Gateway, listeners: &mut [ListenerModel<'_>]) {
         .filter_map(|(k, v)| Some((k.strip_prefix(ANNOTATION_PREFIX)?, v.as_str())))
         .collect();
     for i in 0..listeners.len() {
+        // The annotations name the Gateway's own listeners, not a ListenerSet's.
+        if listeners[i].set.is_some() {
+            continue;
+        }
         let Some(value) = declared.get(listeners[i].spec.name.as_str()) else {
             continue;
         };

@@ -24,6 +24,8 @@ use super::conditions as cond;
 use super::filters;
 use super::gateway::{GATEWAY_GROUP, GatewayModel};
 use super::hostname;
+use super::listenerset::ListenerSets;
+use super::parent::{ParentTarget, parent_target};
 use crate::store::{ObjectKey, Store};
 
 /// An HTTPRoute as the data plane will need it, independent of its parents.
@@ -300,6 +302,7 @@ fn anchored(re: &str) -> Result<Regex, String> {
 /// Gateways.
 pub fn attach(
     store: &Store,
+    sets: &ListenerSets,
     controller_name: &str,
     routes: &[(RouteModel, &HttpRoute)],
     gateways: &mut BTreeMap<ObjectKey, GatewayModel<'_>>,
@@ -308,35 +311,22 @@ pub fn attach(
     for (index, (model, route)) in routes.iter().enumerate() {
         let mut parents = Vec::new();
         for parent in route.spec.parent_refs.iter().flatten() {
-            let Some(gw_key) = parent_gateway(parent, &model.key.namespace) else {
+            let Some(target) = parent_target(sets, parent, &model.key.namespace) else {
                 continue;
             };
-            let Some(gateway) = gateways.get_mut(&gw_key) else {
+            let Some(gateway) = gateways.get_mut(&target.gateway) else {
                 continue;
             };
-            let accepted = attach_one(store, index, model, route, parent, gateway);
+            let accepted = attach_one(store, index, model, route, parent, &target, gateway);
             let mut conditions = vec![accepted, refs_condition(model.generation, &model.refs)];
             if let Some((why, false)) = model.rule_problem() {
                 conditions.push(cond::partially_invalid(model.generation, why));
             }
-            parents.push(parent_status(controller_name, parent, &gw_key, conditions));
+            parents.push(parent_status(controller_name, parent, &target, conditions));
         }
         statuses.push(parents);
     }
     statuses
-}
-
-/// The Gateway a parentRef names, or None for parents of other kinds (which other
-/// controllers may own). The same for every route kind.
-pub(super) fn parent_gateway(parent: &HttpRouteParentRefs, route_ns: &str) -> Option<ObjectKey> {
-    let group = parent.group.as_deref().unwrap_or(GATEWAY_GROUP);
-    let kind = parent.kind.as_deref().unwrap_or("Gateway");
-    (group == GATEWAY_GROUP && kind == "Gateway").then(|| {
-        ObjectKey::new(
-            parent.namespace.as_deref().unwrap_or(route_ns),
-            parent.name.as_str(),
-        )
-    })
 }
 
 /// ResolvedRefs from a route's first backendRef problem.
@@ -347,23 +337,27 @@ pub(super) fn refs_condition(generation: i64, refs: &Result<(), RefProblem>) -> 
     }
 }
 
-/// One `status.parents` entry for a Gateway parent, with the parentRef's defaults
-/// filled in as the API server's CRD defaulting would, so the status reads the same
-/// in standalone and Kubernetes mode.
+/// One `status.parents` entry for a Gateway or ListenerSet parent, with the
+/// parentRef's defaults filled in as the API server's CRD defaulting would, so the
+/// status reads the same in standalone and Kubernetes mode.
 pub(super) fn parent_status(
     controller_name: &str,
     parent: &HttpRouteParentRefs,
-    gw_key: &ObjectKey,
+    target: &ParentTarget,
     conditions: Vec<Condition>,
 ) -> HttpRouteStatusParents {
+    let (kind, key) = match &target.set {
+        Some(set) => ("ListenerSet", set),
+        None => ("Gateway", &target.gateway),
+    };
     HttpRouteStatusParents {
         conditions,
         controller_name: controller_name.to_owned(),
         parent_ref: HttpRouteStatusParentsParentRef {
             group: Some(GATEWAY_GROUP.to_owned()),
-            kind: Some("Gateway".to_owned()),
+            kind: Some(kind.to_owned()),
             name: parent.name.clone(),
-            namespace: Some(gw_key.namespace.clone()),
+            namespace: Some(key.namespace.clone()),
             port: parent.port,
             section_name: parent.section_name.clone(),
         },
@@ -378,6 +372,7 @@ fn attach_one(
     model: &RouteModel,
     route: &HttpRoute,
     parent: &HttpRouteParentRefs,
+    target: &ParentTarget,
     gateway: &mut GatewayModel<'_>,
 ) -> Condition {
     let generation = model.generation;
@@ -388,6 +383,7 @@ fn attach_one(
         .listeners
         .iter()
         .enumerate()
+        .filter(|(_, l)| target.has(l))
         .filter(|(_, l)| {
             parent
                 .section_name
@@ -401,7 +397,7 @@ fn attach_one(
         return cond::not_accepted(
             generation,
             "NoMatchingParent",
-            "no listener matches the parentRef's sectionName and port",
+            target.no_listener_message(gateway),
         );
     }
     let gw_ns = gateway.key.namespace.clone();

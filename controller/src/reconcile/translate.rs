@@ -45,7 +45,7 @@ pub fn snapshot(
             let plan = sockets
                 .entry(SocketAddr::new(ip, bind))
                 .or_insert_with(|| PortPlan::new(Arc::clone(&gateway), port));
-            plan.sections.push(listener.spec.name.as_str().into());
+            plan.sections.push(listener.section());
             if let Some(cert) = &listener.certificate {
                 plan.tls
                     .get_or_insert_with(TlsCerts::default)

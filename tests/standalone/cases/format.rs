@@ -148,6 +148,9 @@ pub(super) struct StatusExpect {
     /// HTTPRoute: Gateways (`namespace/name`) that must have no parent status.
     #[serde(default)]
     pub(super) no_parents: Vec<String>,
+    /// Gateway: `status.attachedListenerSets`.
+    #[serde(default)]
+    pub(super) attached_listener_sets: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -194,8 +197,12 @@ pub(super) struct ListenerExpect {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub(super) struct ParentExpect {
-    /// `namespace/name` of the parent Gateway.
+    /// `namespace/name` of the parent Gateway (or, with `kind: ListenerSet`, of the
+    /// parent ListenerSet).
     pub(super) gateway: String,
+    /// The parentRef's kind: `Gateway` (default) or `ListenerSet`.
+    #[serde(default)]
+    pub(super) kind: Option<String>,
     #[serde(default)]
     pub(super) section_name: Option<String>,
     #[serde(default)]

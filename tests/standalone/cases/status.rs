@@ -73,6 +73,14 @@ pub(super) fn status_diffs(status: &Value, want: &[StatusExpect]) -> Vec<String>
             &w.conditions,
             &mut out,
         );
+        if let Some(n) = w.attached_listener_sets
+            && item["status"]["attachedListenerSets"] != n
+        {
+            out.push(format!(
+                "{what}: expected attachedListenerSets {n}, got {}",
+                item["status"]["attachedListenerSets"]
+            ));
+        }
         for l in &w.listeners {
             let lwhat = format!("{what} listener {}", l.name);
             let Ok(got) = gateway_listener(item, &l.name) else {
@@ -108,7 +116,8 @@ pub(super) fn status_diffs(status: &Value, want: &[StatusExpect]) -> Vec<String>
         let parents = item["status"]["parents"].as_array();
         for p in &w.parents {
             let pwhat = format!(
-                "{what} parent {}{}{}",
+                "{what} parent {} {}{}{}",
+                p.kind.as_deref().unwrap_or("Gateway"),
                 p.gateway,
                 p.section_name
                     .as_deref()
@@ -116,8 +125,10 @@ pub(super) fn status_diffs(status: &Value, want: &[StatusExpect]) -> Vec<String>
                     .unwrap_or_default(),
                 p.port.map(|s| format!(" port {s}")).unwrap_or_default()
             );
+            let kind = p.kind.as_deref().unwrap_or("Gateway");
             let found = parents.into_iter().flatten().find(|x| {
                 parent_is(x, &w.namespace, &p.gateway)
+                    && x["parentRef"]["kind"].as_str().unwrap_or("Gateway") == kind
                     && x["parentRef"]["sectionName"].as_str() == p.section_name.as_deref()
                     && x["parentRef"]["port"].as_u64() == p.port.map(u64::from)
             });

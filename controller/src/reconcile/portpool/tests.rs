@@ -29,7 +29,11 @@ fn candidate(i: usize, previous: Option<u16>) -> Candidate {
         route: i,
         order: (
             i64::try_from(i * 37 % 11).unwrap_or(0),
-            if i % 2 == 0 { L4Kind::Tcp } else { L4Kind::Udp },
+            if i.is_multiple_of(2) {
+                L4Kind::Tcp
+            } else {
+                L4Kind::Udp
+            },
             ObjectKey::new("ns", format!("r{i}")),
         ),
         requested,

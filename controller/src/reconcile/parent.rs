@@ -1,0 +1,64 @@
+//! What a route's parentRef names (any route kind): a Gateway, whose own listeners it
+//! selects, or a ListenerSet (GEP-1713), whose listeners it selects on the parent
+//! Gateway.
+
+use gateway_api::httproutes::HttpRouteParentRefs;
+
+use super::gateway::{GATEWAY_GROUP, GatewayModel, ListenerModel};
+use super::listenerset::ListenerSets;
+use crate::store::ObjectKey;
+
+/// What a parentRef names: a Gateway, or a ListenerSet of one of our Gateways.
+pub(super) struct ParentTarget {
+    pub gateway: ObjectKey,
+    /// The ListenerSet named; its listeners are the only ones selected. A Gateway
+    /// parentRef selects only the Gateway's own listeners (GEP-1713: attaching to a
+    /// Gateway does not attach to its ListenerSets).
+    pub set: Option<ObjectKey>,
+}
+
+impl ParentTarget {
+    /// Is this listener one of the target's?
+    pub fn has(&self, l: &ListenerModel<'_>) -> bool {
+        l.set == self.set
+    }
+
+    /// Why a parentRef selects no listener: its sectionName or port, or a ListenerSet
+    /// its Gateway did not take.
+    pub fn no_listener_message(&self, gateway: &GatewayModel<'_>) -> String {
+        match &self.set {
+            Some(set) if !gateway.listeners.iter().any(|l| self.has(l)) => format!(
+                "ListenerSet {set} is not attached to Gateway {}; see its status",
+                self.gateway
+            ),
+            _ => "no listener matches the parentRef's sectionName and port".to_owned(),
+        }
+    }
+}
+
+/// The Gateway or ListenerSet a parentRef names, or None for parents of other kinds or
+/// ListenerSets of Gateways not ours (which other controllers may own). The same for
+/// every route kind.
+pub(super) fn parent_target(
+    sets: &ListenerSets,
+    parent: &HttpRouteParentRefs,
+    route_ns: &str,
+) -> Option<ParentTarget> {
+    let group = parent.group.as_deref().unwrap_or(GATEWAY_GROUP);
+    let kind = parent.kind.as_deref().unwrap_or("Gateway");
+    let key = ObjectKey::new(
+        parent.namespace.as_deref().unwrap_or(route_ns),
+        parent.name.as_str(),
+    );
+    match (group == GATEWAY_GROUP, kind) {
+        (true, "Gateway") => Some(ParentTarget {
+            gateway: key,
+            set: None,
+        }),
+        (true, "ListenerSet") => Some(ParentTarget {
+            gateway: sets.parent_of(&key)?.clone(),
+            set: Some(key),
+        }),
+        _ => None,
+    }
+}

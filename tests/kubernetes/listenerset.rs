@@ -1,0 +1,125 @@
+//! ListenerSets in Kubernetes mode: watched, their listeners exposed on the parent
+//! Gateway's Service and bound, routes on them served, and status written to the
+//! ListenerSet, the route and the Gateway.
+
+use std::net::SocketAddr;
+
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
+use gateway_api::listenersets::ListenerSet;
+use kube::Api;
+use serde_json::json;
+
+use crate::cluster::{BoxError, Cluster};
+use crate::{apply, edge, eventually, get, service_ports};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listenersets_get_service_ports_traffic_and_status() -> Result<(), BoxError> {
+    let Some(cluster) = Cluster::start().await? else {
+        return Ok(());
+    };
+    let client = cluster.client().await?;
+    crate::class_and_namespaces(&client, &["lsk"]).await;
+    apply(
+        &Api::<Gateway>::namespaced(client.clone(), "lsk"),
+        "gw",
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": "gw", "namespace": "lsk"},
+               "spec": {"gatewayClassName": "aether",
+                        "allowedListeners": {"namespaces": {"from": "Same"}},
+                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+    )
+    .await;
+    apply(
+        &Api::<ListenerSet>::namespaced(client.clone(), "lsk"),
+        "extra",
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "ListenerSet",
+               "metadata": {"name": "extra", "namespace": "lsk"},
+               "spec": {"parentRef": {"name": "gw"},
+                        "listeners": [{"name": "extra", "port": 8081, "protocol": "HTTP",
+                                       "hostname": "extra.example.com"}]}}),
+    )
+    .await;
+    // Answered at the edge: the API server refuses loopback endpoints.
+    apply(
+        &Api::<HttpRoute>::namespaced(client.clone(), "lsk"),
+        "on-set",
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+               "metadata": {"name": "on-set", "namespace": "lsk"},
+               "spec": {"parentRefs": [{"group": "gateway.networking.k8s.io",
+                                        "kind": "ListenerSet", "name": "extra"}],
+                        "rules": [{"filters": [{"type": "RequestRedirect",
+                            "requestRedirect": {"hostname": "moved.example.com", "statusCode": 302}}]}]}}),
+    )
+    .await;
+    let _edge = edge(&cluster, "127.0.0.1", "listenerset");
+
+    // The Gateway's Service exposes the ListenerSet's port, at an internal port the
+    // edge binds and serves the ListenerSet's route on.
+    let (_, ports) = eventually("the Service with the ListenerSet's port", || async {
+        let (svc, ports) = service_ports(&client, "lsk", "gw").await;
+        (ports.len() == 2).then_some((svc, ports))
+    })
+    .await;
+    let mut listener_ports: Vec<i32> = ports.iter().map(|p| p.0).collect();
+    listener_ports.sort_unstable();
+    assert_eq!(listener_ports, vec![80, 8081]);
+    let internal = ports
+        .iter()
+        .find(|p| p.0 == 8081)
+        .map(|p| p.1)
+        .ok_or("no 8081")?;
+    let addr = SocketAddr::from(([127, 0, 0, 1], u16::try_from(internal)?));
+    let answer = eventually("the ListenerSet's route answers", || async {
+        let r = get(addr, "extra.example.com").await.ok()?;
+        r.starts_with("HTTP/1.1 302").then_some(r)
+    })
+    .await;
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("location: http://moved.example.com"),
+        "{answer}"
+    );
+
+    // Status on all three objects.
+    let sets = Api::<ListenerSet>::namespaced(client.clone(), "lsk");
+    eventually("the ListenerSet's status", || async {
+        let ls = sets.get("extra").await.ok()?;
+        let st = ls.status?;
+        let ok = |t: &str| {
+            st.conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == t && c.status == "True")
+        };
+        let l = st.listeners?.into_iter().find(|l| l.name == "extra")?;
+        (ok("Accepted") && ok("Programmed") && l.attached_routes == 1).then_some(())
+    })
+    .await;
+    let routes = Api::<HttpRoute>::namespaced(client.clone(), "lsk");
+    eventually("the route's ListenerSet parent", || async {
+        let r = routes.get("on-set").await.ok()?;
+        let p = r.status?.parents.into_iter().next()?;
+        (p.parent_ref.kind.as_deref() == Some("ListenerSet")
+            && p.conditions
+                .iter()
+                .any(|c| c.type_ == "Accepted" && c.status == "True"))
+        .then_some(())
+    })
+    .await;
+    let gateways = Api::<Gateway>::namespaced(client.clone(), "lsk");
+    eventually("the Gateway's attachedListenerSets", || async {
+        let g = gateways.get("gw").await.ok()?;
+        let st = g.status?;
+        (st.attached_listener_sets == Some(1)
+            && st
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "AttachedListenerSets" && c.reason == "ListenerSetsAttached"))
+        .then_some(())
+    })
+    .await;
+    Ok(())
+}
