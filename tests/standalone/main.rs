@@ -24,6 +24,7 @@ mod mesh_pool;
 mod mesh_rotation;
 mod metrics;
 mod reload;
+mod retry;
 mod routing;
 mod shutdown;
 mod status;
