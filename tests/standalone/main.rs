@@ -25,6 +25,7 @@ mod mesh_rotation;
 mod metrics;
 mod reload;
 mod retry;
+mod retry_body;
 mod routing;
 mod shutdown;
 mod status;
