@@ -8,6 +8,7 @@ mod cluster;
 mod l4;
 mod replicas;
 mod restart;
+mod retry;
 mod routability;
 
 use std::future::Future;
