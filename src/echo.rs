@@ -2,7 +2,8 @@
 //! the spirit of the Gateway API conformance echo server. A request header
 //! `x-echo-delay-ms: N` delays the answer by N ms (capped at 60 s), for drain tests.
 //! A request with an `Upgrade` header gets `101 Switching Protocols` with the same
-//! token, then every byte sent on the upgraded connection comes back.
+//! token, then every byte sent on the upgraded connection comes back. Queries with a
+//! `uuid` drive the retry simulation (`echo_retry`).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -22,6 +23,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Mutex;
 
 use crate::cli::EchoArgs;
+use crate::echo_retry::{ATTEMPT_HEADER, RetrySim};
 
 #[derive(Serialize)]
 struct Echo<'a> {
@@ -55,6 +57,7 @@ pub async fn run(args: EchoArgs) -> anyhow::Result<()> {
 
 async fn serve(listener: TcpListener, name: Arc<str>, log: RequestLog) {
     let builder = auto::Builder::new(TokioExecutor::new());
+    let sim = Arc::new(RetrySim::default());
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(s) => s,
@@ -66,10 +69,13 @@ async fn serve(listener: TcpListener, name: Arc<str>, log: RequestLog) {
         };
         let name = Arc::clone(&name);
         let log = log.clone();
+        let sim = Arc::clone(&sim);
         let conn = builder
             .serve_connection_with_upgrades(
                 TokioIo::new(stream),
-                service_fn(move |req| answer(Arc::clone(&name), log.clone(), req)),
+                service_fn(move |req| {
+                    answer(Arc::clone(&name), log.clone(), Arc::clone(&sim), req)
+                }),
             )
             .into_owned();
         tokio::spawn(async move {
@@ -83,6 +89,7 @@ async fn serve(listener: TcpListener, name: Arc<str>, log: RequestLog) {
 async fn answer(
     name: Arc<str>,
     log: RequestLog,
+    sim: Arc<RetrySim>,
     mut req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     if let Some(proto) = req.headers().get(header::UPGRADE).cloned() {
@@ -105,6 +112,21 @@ async fn answer(
             header::CONNECTION,
             header::HeaderValue::from_static("upgrade"),
         );
+        return Ok(resp);
+    }
+    let verdict = sim.check(req.uri().query());
+    let attempt = verdict
+        .as_ref()
+        .map(|v| header::HeaderValue::from(v.attempt));
+    if let Some((status, delay)) = verdict.and_then(|v| v.fail) {
+        if let Some(d) = delay {
+            tokio::time::sleep(d).await;
+        }
+        let mut resp = Response::new(Full::new(Bytes::from_static(b"simulated failure\n")));
+        *resp.status_mut() = status;
+        if let Some(a) = attempt {
+            resp.headers_mut().insert(ATTEMPT_HEADER, a);
+        }
         return Ok(resp);
     }
     let delay = req
@@ -158,5 +180,8 @@ async fn answer(
         header::CONTENT_TYPE,
         header::HeaderValue::from_static("application/json"),
     );
+    if let Some(a) = attempt {
+        resp.headers_mut().insert(ATTEMPT_HEADER, a);
+    }
     Ok(resp)
 }

@@ -5,6 +5,7 @@ pub mod admin;
 pub mod app;
 pub mod cli;
 pub mod echo;
+pub mod echo_retry;
 pub mod files;
 pub mod kubernetes;
 pub mod mesh;

@@ -10,6 +10,7 @@ pub mod kube;
 pub mod l4route;
 pub mod manifest;
 pub mod reconcile;
+pub mod route_ext;
 pub mod status;
 pub mod store;
 

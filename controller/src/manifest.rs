@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 
 use crate::gateway_ext::GatewayExt;
 use crate::grpc_route::to_http_route;
+use crate::route_ext::HttpRouteExt;
 use crate::store::Object;
 use gateway_api::grpcroutes::GrpcRoute;
 
@@ -102,7 +103,11 @@ fn decode(meta: &TypeMeta, doc: &str) -> Result<Option<Object>, serde_saphyr::Er
             let raw: serde_json::Value = serde_saphyr::from_str(doc).unwrap_or_default();
             Object::Gateway(gateway, GatewayExt::from_raw(&raw))
         }
-        ("gateway.networking.k8s.io", "HTTPRoute") => Object::HttpRoute(typed(doc)?),
+        ("gateway.networking.k8s.io", "HTTPRoute") => {
+            let route = typed(doc)?;
+            let raw: serde_json::Value = serde_saphyr::from_str(doc).unwrap_or_default();
+            Object::HttpRoute(route, HttpRouteExt::from_raw(&raw))
+        }
         ("gateway.networking.k8s.io", "GRPCRoute") => {
             let route: Box<GrpcRoute> = typed(doc)?;
             // Its own types parsed, so the HTTPRoute form always exists; a failure here

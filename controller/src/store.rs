@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::gateway_ext::GatewayExt;
 use crate::l4route::{L4Kind, L4Route};
+use crate::route_ext::HttpRouteExt;
 
 /// `namespace/name` of a namespaced object.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -58,7 +59,8 @@ pub enum Object {
     GatewayClass(Box<GatewayClass>),
     /// The typed Gateway and the fields its type lacks.
     Gateway(Box<Gateway>, GatewayExt),
-    HttpRoute(Box<HttpRoute>),
+    /// The typed HTTPRoute and the experimental fields its type lacks.
+    HttpRoute(Box<HttpRoute>, HttpRouteExt),
     /// A GRPCRoute in its HTTPRoute form (see `grpc_route`).
     GrpcRoute(Box<HttpRoute>),
     ReferenceGrant(Box<ReferenceGrant>),
@@ -80,7 +82,7 @@ impl Object {
         match self {
             Object::GatewayClass(o) => &o.metadata,
             Object::Gateway(o, _) => &o.metadata,
-            Object::HttpRoute(o) => &o.metadata,
+            Object::HttpRoute(o, _) => &o.metadata,
             Object::GrpcRoute(o) => &o.metadata,
             Object::ReferenceGrant(o) => &o.metadata,
             Object::ListenerSet(o) => &o.metadata,
@@ -98,7 +100,7 @@ impl Object {
         match self {
             Object::GatewayClass(_) => "GatewayClass",
             Object::Gateway(..) => "Gateway",
-            Object::HttpRoute(_) => "HTTPRoute",
+            Object::HttpRoute(..) => "HTTPRoute",
             Object::GrpcRoute(_) => "GRPCRoute",
             Object::ReferenceGrant(_) => "ReferenceGrant",
             Object::ListenerSet(_) => "ListenerSet",
@@ -120,6 +122,8 @@ pub struct Store {
     /// Per Gateway, what its typed form can't hold (see `gateway_ext`).
     pub gateway_ext: BTreeMap<ObjectKey, GatewayExt>,
     pub http_routes: BTreeMap<ObjectKey, HttpRoute>,
+    /// Per HTTPRoute that has any, its experimental fields (see `route_ext`).
+    pub http_route_ext: BTreeMap<ObjectKey, HttpRouteExt>,
     /// GRPCRoutes, in their HTTPRoute form.
     pub grpc_routes: BTreeMap<ObjectKey, HttpRoute>,
     pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
@@ -164,8 +168,13 @@ impl Store {
                 self.gateway_ext.insert(key.clone(), ext);
                 self.gateways.insert(key, *o);
             }
-            Object::HttpRoute(mut o) => {
+            Object::HttpRoute(mut o, ext) => {
                 let key = defaulted(&mut o.metadata);
+                if ext.is_empty() {
+                    self.http_route_ext.remove(&key);
+                } else {
+                    self.http_route_ext.insert(key.clone(), ext);
+                }
                 self.http_routes.insert(key, *o);
             }
             Object::GrpcRoute(mut o) => {

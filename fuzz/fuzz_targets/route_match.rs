@@ -146,6 +146,7 @@ fuzz_target!(|input: Input| {
                 filters: Filters::default(),
                 backends: BackendSet::default(),
                 timeout: None,
+                retry: None,
                 stats: RouteStats::new("fuzz", "fuzz"),
             }),
         };

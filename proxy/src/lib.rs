@@ -18,6 +18,7 @@ pub mod limits;
 pub mod listener;
 pub mod mesh;
 pub mod overload;
+pub mod retry;
 pub mod routing;
 pub mod snapshot;
 pub mod telemetry;

@@ -9,6 +9,7 @@ mod l4;
 mod listenerset;
 mod replicas;
 mod restart;
+mod retry;
 mod routability;
 mod shared;
 

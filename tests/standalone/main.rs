@@ -25,6 +25,8 @@ mod mesh_pool;
 mod mesh_rotation;
 mod metrics;
 mod reload;
+mod retry;
+mod retry_body;
 mod routing;
 mod shutdown;
 mod status;

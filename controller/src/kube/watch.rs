@@ -29,6 +29,7 @@ use crate::Object;
 use crate::gateway_ext::GatewayExt;
 use crate::grpc_route::to_http_route;
 use crate::l4route::{L4Kind, L4Route};
+use crate::route_ext::HttpRouteExt;
 use crate::store::{ObjectKey, Store};
 
 /// The Store the watches fill, and how the reconcile loop learns of changes.
@@ -167,7 +168,60 @@ impl Kind for RawGateway {
     }
 }
 
-namespaced!(HttpRoute, HttpRoute, http_routes);
+/// An HTTPRoute as watched, with its experimental fields (see `route_ext`).
+#[derive(Clone, Debug)]
+struct RawHttpRoute {
+    route: HttpRoute,
+    ext: HttpRouteExt,
+}
+
+impl<'de> Deserialize<'de> for RawHttpRoute {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = serde_json::Value::deserialize(d)?;
+        let ext = HttpRouteExt::from_raw(&raw);
+        let route = serde_json::from_value(raw).map_err(serde::de::Error::custom)?;
+        Ok(Self { route, ext })
+    }
+}
+
+impl Resource for RawHttpRoute {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        HttpRoute::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        HttpRoute::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        HttpRoute::version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        HttpRoute::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.route.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.route.metadata
+    }
+}
+
+impl Kind for RawHttpRoute {
+    fn object(self) -> Object {
+        Object::HttpRoute(Box::new(self.route), self.ext)
+    }
+    fn clear(store: &mut Store) {
+        store.http_routes.clear();
+        store.http_route_ext.clear();
+    }
+    fn remove(store: &mut Store, meta: &ObjectMeta) {
+        let key = ObjectKey::of(meta);
+        store.http_route_ext.remove(&key);
+        store.http_routes.remove(&key);
+    }
+}
 
 impl Kind for GrpcRoute {
     fn object(self) -> Object {
@@ -258,7 +312,7 @@ pub fn spawn(client: &Client, shared: &Arc<Shared>, pods: bool) {
         .store(if pods { 15 } else { 14 }, Ordering::Release);
     start::<GatewayClass>(Api::all(client.clone()), all.clone(), shared);
     start::<RawGateway>(Api::all(client.clone()), all.clone(), shared);
-    start::<HttpRoute>(Api::all(client.clone()), all.clone(), shared);
+    start::<RawHttpRoute>(Api::all(client.clone()), all.clone(), shared);
     start::<GrpcRoute>(Api::all(client.clone()), all.clone(), shared);
     start::<TcpRouteV1>(Api::all(client.clone()), all.clone(), shared);
     start::<UdpRouteV1>(Api::all(client.clone()), all.clone(), shared);

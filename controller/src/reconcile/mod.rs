@@ -16,6 +16,7 @@ pub mod listenerset;
 mod parent;
 pub mod portpool;
 pub mod ports;
+mod retry;
 pub mod routability;
 mod route;
 pub mod services;
@@ -159,11 +160,17 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
 
     let mut resolver = backend::BackendResolver::new(store);
     // HTTPRoutes and GRPCRoutes (in HTTPRoute form) share attachment and route tables.
-    let http = store.http_routes.iter().map(|(k, r)| (k, r, "HTTPRoute"));
-    let grpc = store.grpc_routes.iter().map(|(k, r)| (k, r, "GRPCRoute"));
+    let http = store
+        .http_routes
+        .iter()
+        .map(|(k, r)| (k, r, "HTTPRoute", store.http_route_ext.get(k)));
+    let grpc = store
+        .grpc_routes
+        .iter()
+        .map(|(k, r)| (k, r, "GRPCRoute", None));
     let routes: Vec<_> = http
         .chain(grpc)
-        .map(|(k, r, kind)| (route::compile(k.clone(), kind, r, &mut resolver), r))
+        .map(|(k, r, kind, ext)| (route::compile(k.clone(), kind, r, ext, &mut resolver), r))
         .collect();
     let route_parents = route::attach(
         store,

@@ -26,6 +26,7 @@ use super::gateway::{GATEWAY_GROUP, GatewayModel};
 use super::hostname;
 use super::listenerset::ListenerSets;
 use super::parent::{ParentTarget, parent_target};
+use crate::route_ext::HttpRouteExt;
 use crate::store::{ObjectKey, Store};
 
 /// An HTTPRoute as the data plane will need it, independent of its parents.
@@ -51,6 +52,7 @@ impl RouteModel {
 pub struct RuleModel {
     pub matches: Vec<RequestMatch>,
     pub timeout: Option<std::time::Duration>,
+    pub retry: Option<Box<aether_proxy::retry::RetryPolicy>>,
     pub filters: Filters,
     pub backends: Vec<BackendModel>,
     /// Why this rule can't be served as written; its requests then answer 500.
@@ -73,6 +75,7 @@ pub fn compile(
     key: ObjectKey,
     kind: &'static str,
     route: &HttpRoute,
+    ext: Option<&HttpRouteExt>,
     resolver: &mut BackendResolver<'_>,
 ) -> RouteModel {
     let mut model = RouteModel {
@@ -87,7 +90,7 @@ pub fn compile(
         refs: Ok(()),
         key,
     };
-    for rule in route.spec.rules.iter().flatten() {
+    for (index, rule) in route.spec.rules.iter().flatten().enumerate() {
         let mut invalid = None;
         let mut matches = Vec::new();
         for m in rule.matches.iter().flatten() {
@@ -143,16 +146,20 @@ pub fn compile(
                 filters,
             });
         }
-        let timeout = rule_timeout(rule.timeouts.as_ref()).unwrap_or_else(|why| {
-            invalid.get_or_insert(why);
-            None
-        });
+        let retry_spec = ext.and_then(|e| e.retry(index));
+        let (timeout, retry) = rule_timeouts(rule.timeouts.as_ref())
+            .and_then(|(request, backend)| super::retry::compile(retry_spec, request, backend))
+            .unwrap_or_else(|why| {
+                invalid.get_or_insert(why);
+                (None, None)
+            });
         if let (Some(p), Ok(())) = (mirror_problem, &model.refs) {
             model.refs = Err(p);
         }
         model.rules.push(RuleModel {
             matches,
             timeout,
+            retry,
             filters,
             backends,
             invalid,
@@ -177,10 +184,12 @@ fn mirror_resolver<'a>(
     }
 }
 
-/// The effective upstream deadline of a rule: the shorter of `request` and
-/// `backendRequest` (equal without retries); zero means none, as the spec says.
-fn rule_timeout(t: Option<&HttpRouteRulesTimeouts>) -> Result<Option<std::time::Duration>, String> {
-    let Some(t) = t else { return Ok(None) };
+/// A rule's `request` and `backendRequest` timeouts; zero means none, as the spec
+/// says. How they bound attempts is `retry::compile`'s business.
+fn rule_timeouts(
+    t: Option<&HttpRouteRulesTimeouts>,
+) -> Result<(Option<std::time::Duration>, Option<std::time::Duration>), String> {
+    let Some(t) = t else { return Ok((None, None)) };
     let parse = |v: Option<&str>| -> Result<Option<std::time::Duration>, String> {
         let Some(v) = v else { return Ok(None) };
         let d: gateway_api::Duration = v
@@ -199,10 +208,7 @@ fn rule_timeout(t: Option<&HttpRouteRulesTimeouts>) -> Result<Option<std::time::
             "backendRequest timeout {b:?} exceeds the request timeout {r:?}"
         ));
     }
-    Ok(match (request, backend) {
-        (Some(r), Some(b)) => Some(r.min(b)),
-        (r, b) => r.or(b),
-    })
+    Ok((request, backend))
 }
 
 fn compile_match(m: &HttpRouteRulesMatches) -> Result<RequestMatch, String> {

@@ -170,6 +170,7 @@ fn rule_actions(gateway: &str, route: &RouteModel) -> Vec<Arc<RuleAction>> {
                 filters,
                 backends: BackendSet::new(backends),
                 timeout: rule.timeout,
+                retry: rule.retry.clone(),
                 stats: stats.clone(),
             })
         })

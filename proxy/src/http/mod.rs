@@ -9,6 +9,7 @@ mod headers;
 mod integrity;
 mod mirror;
 mod outbound;
+mod retry;
 mod upgrade;
 mod upstream;
 
@@ -34,7 +35,7 @@ use crate::cors::Cors;
 use crate::filters::{Redirect, RedirectInput};
 use crate::routing::RuleAction;
 use crate::snapshot::Snapshot;
-use crate::telemetry::{RouteStats, upstream_connect_errors};
+use crate::telemetry::RouteStats;
 
 /// A body in either direction: a peer's stream, or one the proxy made (a local
 /// answer, or a mirrored request's).
@@ -311,60 +312,46 @@ async fn forward(
         );
     }
     let protocol = state.upstreams.protocol_for(backend);
-    outbound::target(
-        &mut parts,
+    let exchange = retry::exchange(
+        retry::Target {
+            upstreams: &state.upstreams,
+            policy: action.retry.as_deref(),
+            backend,
+            endpoint,
+            protocol,
+        },
+        parts,
         path_and_query,
-        protocol,
-        endpoint,
+        body,
         upgrade_proto.as_ref(),
-    )?;
-
-    let sent = state.upstreams.send(
-        protocol,
-        backend,
-        endpoint,
-        Request::from_parts(parts, Either::Left(body)),
     );
-    let result = match action.timeout {
-        // Dropping the request future on expiry cancels the upstream request.
-        Some(t) => tokio::time::timeout(t, sent)
+    let mut resp = match action.timeout {
+        // Dropping the exchange on expiry cancels the upstream request (and any
+        // retry): the rule's `request` timeout bounds every attempt together.
+        Some(t) => tokio::time::timeout(t, exchange)
             .await
-            .map_err(|_| ProxyError::Timeout)?,
-        None => sent.await,
+            .map_err(|_| ProxyError::Timeout)??,
+        None => exchange.await?,
     };
-    match result {
-        Ok(mut resp) => {
-            let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
-            let upgraded_to = resp.headers().get(header::UPGRADE).cloned();
-            if let (true, Some(down)) = (switching, downstream_upgrade) {
-                upgrade::tunnel(down, &mut resp);
-            }
-            let (mut parts, body) = resp.into_parts();
-            headers::strip_hop_by_hop(&mut parts.headers);
-            if let (true, Some(proto)) = (switching, upgraded_to) {
-                upgrade::restore_headers(&mut parts.headers, proto);
-            }
-            for filters in [&chosen.filters, &action.filters] {
-                if let Some(m) = &filters.response_headers {
-                    m.apply(&mut parts.headers);
-                }
-            }
-            if let Some(h) = cors_headers {
-                parts.headers.extend(h);
-            }
-            Ok(Response::from_parts(parts, Either::Left(body)))
-        }
-        Err(UpstreamError::Connect(e)) => {
-            upstream_connect_errors(&backend.name).increment(1);
-            tracing::warn!(backend = %backend.name, endpoint = %endpoint.addr, error = %e, "upstream connect failed");
-            Err(ProxyError::UpstreamConnect(e))
-        }
-        Err(UpstreamError::Request(e)) => Err(ProxyError::Upstream(e)),
-        Err(UpstreamError::Refused(e)) => {
-            tracing::warn!(backend = %backend.name, endpoint = %endpoint.addr, error = %e, "upstream refused");
-            Err(ProxyError::Upstream(e))
+    let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
+    let upgraded_to = resp.headers().get(header::UPGRADE).cloned();
+    if let (true, Some(down)) = (switching, downstream_upgrade) {
+        upgrade::tunnel(down, &mut resp);
+    }
+    let (mut parts, body) = resp.into_parts();
+    headers::strip_hop_by_hop(&mut parts.headers);
+    if let (true, Some(proto)) = (switching, upgraded_to) {
+        upgrade::restore_headers(&mut parts.headers, proto);
+    }
+    for filters in [&chosen.filters, &action.filters] {
+        if let Some(m) = &filters.response_headers {
+            m.apply(&mut parts.headers);
         }
     }
+    if let Some(h) = cors_headers {
+        parts.headers.extend(h);
+    }
+    Ok(Response::from_parts(parts, Either::Left(body)))
 }
 
 fn redirect_response(

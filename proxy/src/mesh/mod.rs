@@ -121,7 +121,7 @@ impl MeshClient {
                         return Err(UpstreamError::Connect(e));
                     };
                     tracing::debug!(backend = %backend.name, from = %ep.addr, to = %next.addr, error = %e, "connect failed before the request was sent; retrying on another endpoint");
-                    metrics::counter!(telemetry::UPSTREAM_RETRIES_TOTAL, "backend" => backend.name.to_string()).increment(1);
+                    metrics::counter!(telemetry::UPSTREAM_RETRIES_TOTAL, "backend" => backend.name.to_string(), "reason" => "connect_error").increment(1);
                     if let Some(slot) = tried.get_mut(attempt) {
                         *slot = next.addr;
                     }

@@ -32,6 +32,9 @@ pub struct RuleAction {
     /// Deadline for the upstream response headers (the rule's `timeouts`); the upstream
     /// request is cancelled and the client gets 504 when it passes.
     pub timeout: Option<std::time::Duration>,
+    /// The rule's `retry`; `None` leaves only the retry of a failed connect.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry: Option<Box<crate::retry::RetryPolicy>>,
     #[serde(skip)]
     pub stats: RouteStats,
 }

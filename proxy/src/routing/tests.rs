@@ -22,6 +22,7 @@ fn entry(route: &str, path: PathMatch, created: i64) -> RouteEntry {
             filters: crate::filters::Filters::default(),
             backends: BackendSet::default(),
             timeout: None,
+            retry: None,
             stats: crate::telemetry::RouteStats::new("gw", route),
         }),
     }

@@ -69,6 +69,8 @@ pub const KNOWN_FEATURES: &[&str] = &[
     "HTTPRoute307RedirectStatusCode",
     "HTTPRoute308RedirectStatusCode",
     "HTTPRouteRetry",
+    "HTTPRouteRetryBackendTimeout",
+    "HTTPRouteRetryConnectionError",
     "HTTPRouteBackendURLRewrite",
     "HTTPRouteBackendRequestRedirect",
     "ListenerSet",

@@ -247,12 +247,13 @@ pub(super) async fn run_case_inner(
         let label = describe(i, &rc.request, &host);
         let deadline = Instant::now() + REQUEST_SETTLE;
         loop {
-            let mut diffs = match send(net, addr, &host, &rc.request).await {
-                Ok(resp) => response_diffs(&resp, &rc.request, &host, &rc.expect),
+            let req = with_fresh_uuid(&rc.request);
+            let mut diffs = match send(net, addr, &host, &req).await {
+                Ok(resp) => response_diffs(&resp, &req, &host, &rc.expect),
                 Err(e) => vec![format!("request failed: {e}")],
             };
             if diffs.is_empty() {
-                diffs = mirror_diffs(&env, &rc.request, &rc.expect).await;
+                diffs = mirror_diffs(&env, &req, &rc.expect).await;
             }
             if diffs.is_empty() {
                 break;
@@ -286,6 +287,18 @@ pub(super) async fn run_case_inner(
     env.pass()?;
     drop(procs);
     Ok(())
+}
+
+/// The request with every `{uuid}` in its path replaced by a value no other send
+/// uses, as the suite's retry tests make a new uuid for each probe.
+fn with_fresh_uuid(r: &Request) -> Request {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let mut r = r.clone();
+    if let Some(p) = r.path.as_mut().filter(|p| p.contains("{uuid}")) {
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *p = p.replace("{uuid}", &format!("{}-{n}", std::process::id()));
+    }
+    r
 }
 
 /// Like `eventually`, without the prefix: the last error as is.

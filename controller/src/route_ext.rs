@@ -1,0 +1,76 @@
+//! HTTPRoute fields of the experimental channel that the gateway-api crate's standard
+//! types don't have: GEP-1731's `spec.rules[].retry`. Read from the raw object next to
+//! the typed one, as `gateway_ext` does for Gateways: the reconciler keeps working on
+//! the one standard `HttpRoute` type, and the crate's `experimental` feature (a second
+//! copy of every route type, for one field) is not compiled in.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// `spec.rules[i].retry`, as written (validated when the rule is compiled).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct RetrySpec {
+    #[serde(default)]
+    pub codes: Option<Vec<i64>>,
+    #[serde(default)]
+    pub attempts: Option<i64>,
+    #[serde(default)]
+    pub backoff: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HttpRouteExt {
+    /// Per rule, index for index: its `retry`, or why it could not be read.
+    pub retries: Vec<Option<Result<RetrySpec, String>>>,
+}
+
+impl HttpRouteExt {
+    pub fn from_raw(raw: &Value) -> Self {
+        let retries = raw["spec"]["rules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|rule| {
+                let r = rule.get("retry").filter(|r| !r.is_null())?;
+                Some(RetrySpec::deserialize(r).map_err(|e| format!("invalid retry: {e}")))
+            })
+            .collect();
+        Self { retries }
+    }
+
+    /// Rule `i`'s retry, if it has one.
+    pub fn retry(&self, i: usize) -> Option<&Result<RetrySpec, String>> {
+        self.retries.get(i).and_then(Option::as_ref)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.retries.iter().all(Option::is_none)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_each_rules_retry_index_for_index() {
+        let raw = serde_json::json!({"spec": {"rules": [
+            {"retry": {"codes": [500, 503], "attempts": 2, "backoff": "100ms"}},
+            {},
+            {"retry": {"attempts": "many"}},
+        ]}});
+        let ext = HttpRouteExt::from_raw(&raw);
+        assert_eq!(
+            ext.retry(0),
+            Some(&Ok(RetrySpec {
+                codes: Some(vec![500, 503]),
+                attempts: Some(2),
+                backoff: Some("100ms".into()),
+            }))
+        );
+        assert_eq!(ext.retry(1), None);
+        assert!(matches!(ext.retry(2), Some(Err(_))));
+        assert_eq!(ext.retry(3), None);
+        assert!(HttpRouteExt::from_raw(&Value::Null).is_empty());
+    }
+}
