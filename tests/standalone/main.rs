@@ -8,6 +8,7 @@
 mod common;
 
 mod cases;
+mod chaos;
 mod client_certs;
 mod conflicts;
 mod forwarded;
