@@ -33,6 +33,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         },
         args.xff_trusted_hops,
     );
+    proxy
+        .max_request_body
+        .store(args.max_request_body_bytes, Ordering::Relaxed);
     let budget = match args.memory_budget {
         Some(0) => None,
         Some(b) => Some(b),

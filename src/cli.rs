@@ -106,6 +106,11 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub xff_trusted_hops: usize,
 
+    /// Largest request body a client may announce (Content-Length); more gets 413
+    /// before anything reaches a backend. 0: no limit.
+    #[arg(long, default_value_t = 0, value_name = "BYTES")]
+    pub max_request_body_bytes: u64,
+
     /// Resident memory above which new requests get 503 + Retry-After and new
     /// connections are refused. Default: 90% of the cgroup memory limit, if any; 0 off.
     #[arg(long, value_name = "BYTES")]

@@ -7,6 +7,7 @@
 #[macro_use]
 mod common;
 
+mod body_limit;
 mod cases;
 mod chaos;
 mod client_certs;

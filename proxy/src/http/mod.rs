@@ -16,7 +16,7 @@ mod upstream;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use arc_swap::ArcSwap;
@@ -53,6 +53,9 @@ pub struct ProxyState {
     upstreams: Upstreams,
     /// Proxies in front of the edge whose `x-forwarded-for` entries are trusted.
     pub trusted_hops: usize,
+    /// Largest request body a client may announce with Content-Length; more is 413
+    /// before anything reaches a backend. 0: no limit.
+    pub max_request_body: AtomicU64,
 }
 
 impl ProxyState {
@@ -63,6 +66,7 @@ impl ProxyState {
             shedding: AtomicBool::new(false),
             upstreams: Upstreams::new(settings),
             trusted_hops,
+            max_request_body: AtomicU64::new(0),
         })
     }
 
@@ -136,6 +140,15 @@ pub async fn handle(
             .increment(1);
         return Ok(ProxyError::BadRequest(why).into_response());
     }
+    let limit = state.max_request_body.load(Ordering::Relaxed);
+    if limit > 0 && announced_body(&req).is_some_and(|n| n > limit) {
+        metrics::counter!(crate::telemetry::REQUESTS_REFUSED_TOTAL, "reason" => "body_too_large")
+            .increment(1);
+        return Ok(local_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "request body too large\n",
+        ));
+    }
     let grpc = error::is_grpc(&req);
     let routed = match route(&state, &conn, &req) {
         Ok(routed) => routed,
@@ -167,6 +180,18 @@ pub async fn handle(
     };
     action.stats.record(status.as_u16(), started.elapsed());
     Ok(resp)
+}
+
+/// The body length a request announces in Content-Length (malformed values were
+/// already refused by the integrity check).
+fn announced_body(req: &Request<Incoming>) -> Option<u64> {
+    req.headers()
+        .get(header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 fn readyz(state: &ProxyState) -> Response<Body> {
