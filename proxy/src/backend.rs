@@ -62,6 +62,10 @@ pub enum UpstreamProtocol {
     /// Mesh mode: mTLS HTTP/2 to the pod's inbound listener. Chosen by the proxy at
     /// request time, never by the controller.
     Mesh,
+    /// BackendTLSPolicy: HTTP/1.1 over TLS (chosen by the proxy when `Backend::tls` is set).
+    Tls,
+    /// BackendTLSPolicy on an HTTP/2 backend: HTTP/2 over TLS (ALPN h2).
+    H2Tls,
 }
 
 /// A resolved Service port: its ready endpoints and the round-robin cursor.
@@ -74,6 +78,9 @@ pub struct Backend {
     /// The Service opted out of mesh mode (`aether.io/mesh: disabled`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub mesh_disabled: bool,
+    /// The BackendTLSPolicy this Service port is reached with, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<Arc<crate::backend_tls::BackendTls>>,
     #[serde(skip)]
     cursor: AtomicUsize,
 }
@@ -85,6 +92,7 @@ impl Backend {
             protocol,
             endpoints,
             mesh_disabled: false,
+            tls: None,
             cursor: AtomicUsize::new(0),
         }
     }
@@ -92,6 +100,12 @@ impl Backend {
     /// Marks the Service as reached directly even in mesh mode.
     pub fn with_mesh_disabled(mut self, disabled: bool) -> Self {
         self.mesh_disabled = disabled;
+        self
+    }
+
+    /// Reaches the endpoints over TLS as a BackendTLSPolicy says.
+    pub fn with_tls(mut self, tls: Option<Arc<crate::backend_tls::BackendTls>>) -> Self {
+        self.tls = tls;
         self
     }
 

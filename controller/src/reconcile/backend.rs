@@ -7,6 +7,7 @@ use std::sync::Arc;
 use aether_proxy::backend::{Backend, Endpoint, UpstreamProtocol};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
+use super::backend_tls::PolicyIndex;
 use crate::store::{ObjectKey, Store};
 
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -26,6 +27,7 @@ pub struct BackendResolver<'s> {
     store: &'s Store,
     slices: HashMap<ObjectKey, Vec<&'s EndpointSlice>>,
     cache: BTreeMap<(ObjectKey, i32, UpstreamProtocol), Arc<Backend>>,
+    policies: PolicyIndex,
 }
 
 /// The fields of a backendRef, whatever route kind it came from.
@@ -57,7 +59,13 @@ impl<'s> BackendResolver<'s> {
             store,
             slices,
             cache: BTreeMap::new(),
+            policies: PolicyIndex::new(store),
         }
+    }
+
+    /// The BackendTLSPolicies as this reconcile weighed them (for their status).
+    pub fn policies(&self) -> &PolicyIndex {
+        &self.policies
     }
 
     /// Resolves a backendRef of a `from_kind` route (e.g. `HTTPRoute`) in
@@ -132,6 +140,11 @@ impl<'s> BackendResolver<'s> {
             return Ok(Arc::clone(b));
         }
         let port_name = service_port.name.as_deref().unwrap_or("");
+        let tls = self.policies.lookup(
+            &key,
+            service_port.name.as_deref(),
+            protocol == UpstreamProtocol::H2c,
+        );
         let mut endpoints: Vec<(SocketAddr, Option<Arc<str>>)> = Vec::new();
         for slice in self.slices.get(&key).into_iter().flatten() {
             let target = slice
@@ -175,7 +188,8 @@ impl<'s> BackendResolver<'s> {
                     .map(|(addr, peer)| Endpoint::new(addr).with_peer(peer))
                     .collect(),
             )
-            .with_mesh_disabled(mesh_disabled),
+            .with_mesh_disabled(mesh_disabled)
+            .with_tls(tls),
         );
         self.cache
             .insert((key, port, protocol), Arc::clone(&backend));
