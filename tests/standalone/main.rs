@@ -7,6 +7,7 @@
 #[macro_use]
 mod common;
 
+mod backend_tls;
 mod cases;
 mod client_certs;
 mod conflicts;
