@@ -255,6 +255,7 @@ impl Cluster {
             "grpcroutes",
             "tcproutes",
             "tlsroutes",
+            "backendtlspolicies",
             // udproutes is left out on purpose: a kind whose CRD is missing must not
             // hold up the others (every test here would time out if it did).
         ] {

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
+use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
@@ -193,6 +194,7 @@ namespaced!(EndpointSlice, EndpointSlice, endpoint_slices);
 namespaced!(Secret, Secret, secrets);
 namespaced!(ConfigMap, ConfigMap, config_maps);
 namespaced!(Pod, Pod, pods);
+namespaced!(BackendTlsPolicy, BackendTlsPolicy, backend_tls_policies);
 
 /// TCPRoute, UDPRoute and TLSRoute at `gateway.networking.k8s.io/v1`, read into the
 /// one L4 route type (the gateway-api crate has no v1 types for them).
@@ -253,7 +255,7 @@ pub fn spawn(client: &Client, shared: &Arc<Shared>, pods: bool) {
     let all = watcher::Config::default();
     shared
         .pending
-        .store(if pods { 14 } else { 13 }, Ordering::Release);
+        .store(if pods { 15 } else { 14 }, Ordering::Release);
     start::<GatewayClass>(Api::all(client.clone()), all.clone(), shared);
     start::<RawGateway>(Api::all(client.clone()), all.clone(), shared);
     start::<HttpRoute>(Api::all(client.clone()), all.clone(), shared);
@@ -262,6 +264,8 @@ pub fn spawn(client: &Client, shared: &Arc<Shared>, pods: bool) {
     start::<UdpRouteV1>(Api::all(client.clone()), all.clone(), shared);
     start::<TlsRouteV1>(Api::all(client.clone()), all.clone(), shared);
     start::<ReferenceGrant>(Api::all(client.clone()), all.clone(), shared);
+    // BackendTLSPolicy (standard since v1.4); a cluster without its CRD lists it empty.
+    start::<BackendTlsPolicy>(Api::all(client.clone()), all.clone(), shared);
     start::<Service>(Api::all(client.clone()), all.clone(), shared);
     start::<EndpointSlice>(Api::all(client.clone()), all.clone(), shared);
     start::<Namespace>(Api::all(client.clone()), all.clone(), shared);
