@@ -90,7 +90,8 @@ impl PolicyIndex {
             trust: trust.clone().map_err(|(_, msg)| msg),
         });
         let mut services = BTreeSet::new();
-        let (mut claimed, mut lost, mut missing) = (0, 0, Vec::new());
+        let (mut claimed, mut missing) = (0, Vec::new());
+        let mut lost_to: Option<Arc<str>> = None;
         for t in &policy.spec.target_refs {
             if !(t.group.is_empty() || t.group == "core") || t.kind != "Service" {
                 missing.push(format!("{} {} is not a Service", t.kind, t.name));
@@ -115,19 +116,20 @@ impl PolicyIndex {
             services.insert(svc_key.clone());
             let slot = (svc_key, t.section_name.clone());
             match self.targets.entry(slot) {
-                Entry::Occupied(_) => lost += 1,
+                Entry::Occupied(e) => {
+                    lost_to.get_or_insert_with(|| Arc::clone(&e.get().policy));
+                }
                 Entry::Vacant(e) => {
                     e.insert(Arc::clone(&recipe));
                     claimed += 1;
                 }
             }
         }
-        let accepted = if claimed == 0 && lost > 0 {
-            cond::not_accepted(
-                generation,
-                "Conflicted",
-                "an older BackendTLSPolicy targets the same Service port",
-            )
+        let accepted = if let (0, Some(winner)) = (claimed, &lost_to) {
+            let why = format!(
+                "BackendTLSPolicy {winner} takes precedence for the same Service port (older, or first by namespace/name)"
+            );
+            cond::not_accepted(generation, "Conflicted", why)
         } else if claimed == 0 {
             let why = missing.join("; ");
             cond::not_accepted(generation, "TargetNotFound", why)

@@ -76,6 +76,8 @@ pub const KNOWN_FEATURES: &[&str] = &[
     "TLSRoute",
     "TCPRoute",
     "UDPRoute",
+    "BackendTLSPolicy",
+    "BackendTLSPolicySANValidation",
 ];
 
 // ---------------------------------------------------------------------------------------
