@@ -8,6 +8,7 @@
 mod common;
 
 mod backend_tls;
+mod backend_tls_grpc;
 mod cases;
 mod client_certs;
 mod conflicts;
