@@ -17,6 +17,15 @@ use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, Error, Other
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 use serde::Serialize;
 
+/// The ALPN protocol offered to the backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub enum Alpn {
+    Http1,
+    H2,
+    /// An opaque stream (TLSRoute Terminate): no ALPN, the edge does not speak for it.
+    None,
+}
+
 /// A subjectAltName the backend's certificate may present (any one suffices).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum SubjectAltName {
@@ -76,14 +85,13 @@ pub struct BackendTls {
 
 impl BackendTls {
     /// A usable policy: the chain must lead to `roots`, and the leaf must name
-    /// `hostname` (or, when given, one of `sans`). `h2` offers ALPN h2 instead of
-    /// http/1.1.
+    /// `hostname` (or, when given, one of `sans`), offering `alpn`.
     pub fn new(
         policy: Arc<str>,
         hostname: &str,
         roots: Arc<RootCertStore>,
         sans: Vec<SubjectAltName>,
-        h2: bool,
+        alpn: Alpn,
     ) -> Result<Self, BackendTlsError> {
         let server_name = ServerName::try_from(hostname.to_owned())
             .map_err(|_| BackendTlsError::InvalidHostname(hostname.to_owned()))?;
@@ -98,11 +106,11 @@ impl BackendTls {
             .dangerous()
             .with_custom_certificate_verifier(verifier)
             .with_no_client_auth();
-        config.alpn_protocols = vec![if h2 {
-            b"h2".to_vec()
-        } else {
-            b"http/1.1".to_vec()
-        }];
+        config.alpn_protocols = match alpn {
+            Alpn::Http1 => vec![b"http/1.1".to_vec()],
+            Alpn::H2 => vec![b"h2".to_vec()],
+            Alpn::None => Vec::new(),
+        };
         Ok(Self {
             policy,
             hostname: hostname.into(),

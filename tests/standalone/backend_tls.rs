@@ -270,3 +270,91 @@ async fn backend_tls_policy_originates_verified_tls_and_follows_ca_rotation() ->
     .await?;
     env.pass()
 }
+
+/// TLSRoute Terminate: the edge ends the client's TLS and opens its own to the backend
+/// as the policy says, with no ALPN (the stream is opaque to the edge).
+#[tokio::test(flavor = "multi_thread")]
+async fn tls_route_terminate_backend_is_reached_over_policy_tls() -> TestResult {
+    let env = TestEnv::new(67)?;
+    let net = env.net;
+    let edge_ca = TestCa::new("edge-ca")?;
+    let backend_ca = TestCa::new("backend-ca")?;
+    let backend =
+        TlsBackend::start(net.echo_a(), &backend_ca.leaf(&["backend.example.com"])?).await?;
+    let ip = net.ip_str(5);
+    let mut m = gateway_class("aether", CONTROLLER);
+    m.push_str(&format!(
+        "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {{name: edge, namespace: default}}
+spec:
+  gatewayClassName: aether
+  addresses: [{{type: IPAddress, value: {ip}}}]
+  listeners:
+  - {{name: tls, port: 8443, protocol: TLS, tls: {{mode: Terminate, certificateRefs: [{{name: wild}}]}}}}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: TLSRoute
+metadata: {{name: db, namespace: default}}
+spec:
+  parentRefs: [{{name: edge}}]
+  hostnames: [db.example.com]
+  rules: [{{backendRefs: [{{name: secure, port: 80}}]}}]
+"
+    ));
+    m.push_str(&tls_secret(
+        "default",
+        "wild",
+        &edge_ca.leaf(&["*.example.com"])?,
+    ));
+    m.push_str(&config_map("ca", &backend_ca));
+    m.push_str(&service("secure", net.echo_a(), None));
+    m.push_str(&policy(
+        "secure",
+        "2024-01-01T00:00:00Z",
+        "secure",
+        &ca_ref("backend.example.com", "ca"),
+    ));
+    env.write_manifest("m.yaml", &m)?;
+    let _edge = env.spawn_edge("edge").await?;
+    let gw = net.addr(5, 8443);
+    let (tls, _) = eventually(
+        "the TLS listener serves",
+        Duration::from_secs(10),
+        || async {
+            tls_connect(
+                net.client_ip(),
+                gw,
+                "db.example.com",
+                &edge_ca,
+                &[b"http/1.1"],
+            )
+            .await
+        },
+    )
+    .await?;
+    let mut c = H1Conn::over(tls).await?;
+    let r = c.get("db.example.com", "/l4").await?;
+    ensure!(
+        r.status == 200 && r.text() == "tls-backend",
+        "{} {}",
+        r.status,
+        r.text()
+    );
+    let seen = backend.seen_for("/l4");
+    let s = seen.first().ok_or_else(|| err("backend saw nothing"))?;
+    ensure!(s.sni.as_deref() == Some("backend.example.com"), "{s:?}");
+    ensure!(
+        s.alpn.is_none(),
+        "the edge chose ALPN for an opaque stream: {s:?}"
+    );
+    let st = env.status().await?;
+    expect_condition(
+        &ancestor(&st, "secure")?,
+        "Accepted",
+        "True",
+        Some("Accepted"),
+    )?;
+    env.pass()
+}

@@ -11,17 +11,19 @@ use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use aether_proxy::backend_tls::{self, BackendTls, RootCertStore, SubjectAltName};
+use aether_proxy::backend_tls::{self, Alpn, BackendTls, RootCertStore, SubjectAltName};
 use aether_proxy::client_auth::{self, CertificateDer};
 use gateway_api::backendtlspolicies::{
     BackendTlsPolicy, BackendTlsPolicyStatus, BackendTlsPolicyStatusAncestors,
     BackendTlsPolicyStatusAncestorsAncestorRef, BackendTlsPolicyValidation,
     BackendTlsPolicyValidationSubjectAltNamesType,
 };
+use gateway_api::httproutes::HttpRouteParentRefs;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 use super::conditions as cond;
 use super::gateway::{GATEWAY_GROUP, GatewayModel};
+use crate::l4route::L4Kind;
 use crate::status::ObjectStatus;
 use crate::store::{CA_BUNDLE_KEY, ObjectKey, Store};
 
@@ -47,7 +49,7 @@ pub struct PolicyIndex {
     /// (Service, port name; `None` = every port) -> the policy that takes precedence.
     targets: BTreeMap<(ObjectKey, Option<String>), Arc<Recipe>>,
     /// Built data-plane TLS, shared by every route using the same port and protocol.
-    built: BTreeMap<(usize, bool), Arc<BackendTls>>,
+    built: BTreeMap<(usize, Alpn), Arc<BackendTls>>,
     verdicts: Vec<Verdict>,
 }
 
@@ -154,18 +156,18 @@ impl PolicyIndex {
     }
 
     /// The TLS a Service port is reached with: a policy naming the port wins over one
-    /// naming the whole Service. `h2` picks ALPN h2 (gRPC, `kubernetes.io/h2c`).
+    /// naming the whole Service. `alpn` is what the route kind and port speak.
     pub fn lookup(
         &mut self,
         service: &ObjectKey,
         port_name: Option<&str>,
-        h2: bool,
+        alpn: Alpn,
     ) -> Option<Arc<BackendTls>> {
         let specific =
             port_name.and_then(|n| self.targets.get(&(service.clone(), Some(n.to_owned()))));
         let recipe = specific.or_else(|| self.targets.get(&(service.clone(), None)))?;
         let id = Arc::as_ptr(recipe) as usize;
-        if let Some(b) = self.built.get(&(id, h2)) {
+        if let Some(b) = self.built.get(&(id, alpn)) {
             return Some(Arc::clone(b));
         }
         let tls = match &recipe.trust {
@@ -174,7 +176,7 @@ impl PolicyIndex {
                 &recipe.hostname,
                 Arc::clone(roots),
                 recipe.sans.clone(),
-                h2,
+                alpn,
             )
             .unwrap_or_else(|e| {
                 BackendTls::invalid(Arc::clone(&recipe.policy), &recipe.hostname, e.to_string())
@@ -184,45 +186,59 @@ impl PolicyIndex {
             }
         };
         let tls = Arc::new(tls);
-        self.built.insert((id, h2), Arc::clone(&tls));
+        self.built.insert((id, alpn), Arc::clone(&tls));
         Some(tls)
     }
 
-    /// Policy status: one ancestor per Gateway (of ours) whose HTTPRoutes or GRPCRoutes
-    /// send traffic to a targeted Service.
+    /// Policy status: one ancestor per Gateway (of ours) whose HTTPRoutes, GRPCRoutes or
+    /// TLSRoutes send traffic to a targeted Service.
     pub fn statuses(
         &self,
         store: &Store,
         controller_name: &str,
         gateways: &BTreeMap<ObjectKey, GatewayModel<'_>>,
     ) -> BTreeMap<ObjectKey, ObjectStatus<BackendTlsPolicyStatus>> {
-        let mut behind: BTreeMap<ObjectKey, BTreeSet<ObjectKey>> = BTreeMap::new();
+        // (route namespace, parentRefs, backendRefs as (group, kind, name, namespace)).
+        type Ref<'a> = (Option<&'a str>, Option<&'a str>, &'a str, Option<&'a str>);
+        let mut routes: Vec<(&str, &[HttpRouteParentRefs], Vec<Ref<'_>>)> = Vec::new();
         for (key, route) in store.http_routes.iter().chain(&store.grpc_routes) {
-            let parents: Vec<ObjectKey> = route
-                .spec
-                .parent_refs
+            let refs = route.spec.rules.iter().flatten();
+            let refs = refs.flat_map(|r| r.backend_refs.iter().flatten());
+            let refs = refs.map(|b| {
+                let (g, k) = (b.group.as_deref(), b.kind.as_deref());
+                (g, k, b.name.as_str(), b.namespace.as_deref())
+            });
+            let parents = route.spec.parent_refs.as_deref().unwrap_or_default();
+            routes.push((&key.namespace, parents, refs.collect()));
+        }
+        // TLSRoutes: the policy applies to their Terminate listeners' backends.
+        for ((kind, key), route) in &store.l4_routes {
+            if *kind != L4Kind::Tls {
+                continue;
+            }
+            let refs = route.spec.rules.iter();
+            let refs = refs.flat_map(|r| r.backend_refs.iter().flatten());
+            let refs = refs.map(|b| {
+                let (g, k) = (b.group.as_deref(), b.kind.as_deref());
+                (g, k, b.name.as_str(), b.namespace.as_deref())
+            });
+            let parents = route.spec.parent_refs.as_deref().unwrap_or_default();
+            routes.push((&key.namespace, parents, refs.collect()));
+        }
+        let mut behind: BTreeMap<ObjectKey, BTreeSet<ObjectKey>> = BTreeMap::new();
+        for (ns, parents, refs) in routes {
+            let parents: Vec<ObjectKey> = parents
                 .iter()
-                .flatten()
-                .filter_map(|p| super::route::parent_gateway(p, &key.namespace))
+                .filter_map(|p| super::route::parent_gateway(p, ns))
                 .filter(|g| gateways.contains_key(g))
                 .collect();
-            let refs = route
-                .spec
-                .rules
-                .iter()
-                .flatten()
-                .flat_map(|r| r.backend_refs.iter().flatten());
-            for b in refs {
-                let group = b.group.as_deref().unwrap_or("");
-                if !(group.is_empty() || group == "core")
-                    || b.kind.as_deref().unwrap_or("Service") != "Service"
+            for (group, kind, name, namespace) in refs {
+                let group = group.unwrap_or("");
+                if !(group.is_empty() || group == "core") || kind.unwrap_or("Service") != "Service"
                 {
                     continue;
                 }
-                let svc = ObjectKey::new(
-                    b.namespace.as_deref().unwrap_or(&key.namespace),
-                    b.name.as_str(),
-                );
+                let svc = ObjectKey::new(namespace.unwrap_or(ns), name);
                 behind
                     .entry(svc)
                     .or_default()

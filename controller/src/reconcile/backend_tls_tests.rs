@@ -79,7 +79,7 @@ fn reasons(store: &Store, policy: &str) -> (String, String) {
 }
 
 fn tls_of(store: &Store, port: &str) -> Option<Arc<BackendTls>> {
-    PolicyIndex::new(store).lookup(&ObjectKey::new("apps", "secure"), Some(port), false)
+    PolicyIndex::new(store).lookup(&ObjectKey::new("apps", "secure"), Some(port), Alpn::Http1)
 }
 
 #[test]

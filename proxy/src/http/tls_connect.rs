@@ -113,7 +113,8 @@ impl Write for TlsConn {
     }
 }
 
-fn dial(tls: &BackendTls, backend: &Backend) -> Result<TlsDial, UpstreamError> {
+/// The policy's TLS dial for `backend`, or why its connections must fail.
+pub(crate) fn dial(tls: &BackendTls, backend: &Backend) -> Result<TlsDial, UpstreamError> {
     let Some(config) = &tls.config else {
         let why = tls.invalid.as_deref().unwrap_or("no usable CA certificate");
         return Err(UpstreamError::Connect(
