@@ -119,6 +119,7 @@ fn decode(meta: &TypeMeta, doc: &str) -> Result<Option<Object>, serde_saphyr::Er
         }
         ("gateway.networking.k8s.io", "ReferenceGrant") => Object::ReferenceGrant(typed(doc)?),
         ("gateway.networking.k8s.io", "ListenerSet") => Object::ListenerSet(typed(doc)?),
+        ("gateway.networking.k8s.io", "BackendTLSPolicy") => Object::BackendTlsPolicy(typed(doc)?),
         ("gateway.networking.k8s.io", "TCPRoute" | "UDPRoute" | "TLSRoute") => {
             Object::L4Route(typed(doc)?)
         }

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use aether_proxy::{BindFailure, Snapshot};
+use gateway_api::backendtlspolicies::BackendTlsPolicyStatus;
 use gateway_api::gatewayclasses::GatewayClassStatus;
 use gateway_api::gateways::GatewayStatus;
 use gateway_api::httproutes::HttpRouteStatus;
@@ -37,6 +38,7 @@ pub struct Statuses {
     pub l4_routes: BTreeMap<(L4Kind, ObjectKey), ObjectStatus<HttpRouteStatus>>,
     /// ListenerSets whose parent is one of our Gateways.
     pub listener_sets: BTreeMap<ObjectKey, ObjectStatus<ListenerSetStatus>>,
+    pub backend_tls_policies: BTreeMap<ObjectKey, ObjectStatus<BackendTlsPolicyStatus>>,
 }
 
 /// Adds `routability` to each entry of a serialized status's `addresses`.
@@ -101,12 +103,17 @@ impl Statuses {
             .listener_sets
             .iter()
             .map(|(k, s)| item("ListenerSet", &k.name, Some(&k.namespace), s));
+        let policies = self
+            .backend_tls_policies
+            .iter()
+            .map(|(k, s)| item("BackendTLSPolicy", &k.name, Some(&k.namespace), s));
         classes
             .chain(gateways)
             .chain(sets)
             .chain(routes)
             .chain(grpc_routes)
             .chain(l4)
+            .chain(policies)
             .collect()
     }
 
@@ -168,6 +175,19 @@ impl Statuses {
             .l4_routes
             .iter_mut()
             .map(|(k, s)| (s, previous.l4_routes.get(k)));
+        for (key, s) in &mut self.backend_tls_policies {
+            let prev = previous.backend_tls_policies.get(key).map(|p| &p.status);
+            for a in &mut s.status.ancestors {
+                let prev_a = prev
+                    .and_then(|p| {
+                        p.ancestors
+                            .iter()
+                            .find(|x| x.ancestor_ref == a.ancestor_ref)
+                    })
+                    .map(|x| x.conditions.as_slice());
+                stamp(a.conditions.iter_mut(), prev_a.unwrap_or_default(), now);
+            }
+        }
         for (s, prev) in http.chain(grpc).chain(l4) {
             let prev = prev.map(|p| &p.status);
             for parent in &mut s.status.parents {

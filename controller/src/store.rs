@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
@@ -75,6 +76,7 @@ pub enum Object {
     /// Kept trimmed to name, namespace and service account: mesh mode needs only a
     /// pod's workload identity.
     Pod(Box<Pod>),
+    BackendTlsPolicy(Box<BackendTlsPolicy>),
 }
 
 impl Object {
@@ -93,6 +95,7 @@ impl Object {
             Object::Namespace(o) => &o.metadata,
             Object::L4Route(o) => &o.metadata,
             Object::Pod(o) => &o.metadata,
+            Object::BackendTlsPolicy(o) => &o.metadata,
         }
     }
 
@@ -111,6 +114,7 @@ impl Object {
             Object::Namespace(_) => "Namespace",
             Object::L4Route(o) => o.kind.as_str(),
             Object::Pod(_) => "Pod",
+            Object::BackendTlsPolicy(_) => "BackendTLSPolicy",
         }
     }
 }
@@ -138,6 +142,7 @@ pub struct Store {
     /// TCPRoutes, UDPRoutes and TLSRoutes, by kind then `namespace/name`.
     pub l4_routes: BTreeMap<(L4Kind, ObjectKey), L4Route>,
     pub pods: BTreeMap<ObjectKey, Pod>,
+    pub backend_tls_policies: BTreeMap<ObjectKey, BackendTlsPolicy>,
 }
 
 impl Store {
@@ -222,6 +227,10 @@ impl Store {
             Object::Pod(mut o) => {
                 let key = defaulted(&mut o.metadata);
                 self.pods.insert(key, trimmed(*o));
+            }
+            Object::BackendTlsPolicy(mut o) => {
+                let key = defaulted(&mut o.metadata);
+                self.backend_tls_policies.insert(key, *o);
             }
         }
     }

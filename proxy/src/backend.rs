@@ -62,6 +62,10 @@ pub enum UpstreamProtocol {
     /// Mesh mode: mTLS HTTP/2 to the pod's inbound listener. Chosen by the proxy at
     /// request time, never by the controller.
     Mesh,
+    /// BackendTLSPolicy: HTTP/1.1 over TLS (chosen by the proxy when `Backend::tls` is set).
+    Tls,
+    /// BackendTLSPolicy on an HTTP/2 backend: HTTP/2 over TLS (ALPN h2).
+    H2Tls,
 }
 
 /// A resolved Service port: its ready endpoints and the round-robin cursor.
@@ -74,6 +78,9 @@ pub struct Backend {
     /// The Service opted out of mesh mode (`aether.io/mesh: disabled`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub mesh_disabled: bool,
+    /// The BackendTLSPolicy this Service port is reached with, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<Arc<crate::backend_tls::BackendTls>>,
     #[serde(skip)]
     cursor: AtomicUsize,
 }
@@ -85,6 +92,7 @@ impl Backend {
             protocol,
             endpoints,
             mesh_disabled: false,
+            tls: None,
             cursor: AtomicUsize::new(0),
         }
     }
@@ -92,6 +100,12 @@ impl Backend {
     /// Marks the Service as reached directly even in mesh mode.
     pub fn with_mesh_disabled(mut self, disabled: bool) -> Self {
         self.mesh_disabled = disabled;
+        self
+    }
+
+    /// Reaches the endpoints over TLS as a BackendTLSPolicy says.
+    pub fn with_tls(mut self, tls: Option<Arc<crate::backend_tls::BackendTls>>) -> Self {
+        self.tls = tls;
         self
     }
 
@@ -207,9 +221,15 @@ mod tests {
     use super::*;
 
     fn backend(name: &str, ports: &[u16]) -> Arc<Backend> {
+        backend_at([127, 0, 0, 1], name, ports)
+    }
+
+    /// Passive health is shared per address across the process, so a test that
+    /// ejects endpoints uses addresses no other test does.
+    fn backend_at(ip: [u8; 4], name: &str, ports: &[u16]) -> Arc<Backend> {
         let eps = ports
             .iter()
-            .map(|p| Endpoint::new(SocketAddr::from(([127, 0, 0, 1], *p))))
+            .map(|p| Endpoint::new(SocketAddr::from((ip, *p))))
             .collect();
         Arc::new(Backend::new(name.into(), UpstreamProtocol::Http1, eps))
     }
@@ -226,7 +246,7 @@ mod tests {
 
     #[test]
     fn ejected_endpoints_are_skipped_unless_all_are() {
-        let b = backend("a", &[1, 2, 3]);
+        let b = backend_at([127, 0, 9, 1], "a", &[1, 2, 3]);
         let ep2 = b.endpoints.iter().find(|e| e.addr.port() == 2).unwrap();
         while !ep2.health.failure() {}
         let seen: Vec<u16> = (0..4)
@@ -234,7 +254,7 @@ mod tests {
             .map(|e| e.addr.port())
             .collect();
         assert!(!seen.contains(&2), "{seen:?}");
-        let other = b.pick_other(&[ep2.addr, SocketAddr::from(([127, 0, 0, 1], 1))]);
+        let other = b.pick_other(&[ep2.addr, SocketAddr::from(([127, 0, 9, 1], 1))]);
         assert_eq!(other.map(|e| e.addr.port()), Some(3));
         for e in &b.endpoints {
             while !e.health.failure() {}

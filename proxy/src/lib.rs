@@ -6,6 +6,7 @@
 //! endpoint over a pooled upstream client.
 
 pub mod backend;
+pub mod backend_tls;
 pub mod client_auth;
 mod connection;
 pub mod cors;

@@ -12,6 +12,8 @@ use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 pub const REQUESTS_TOTAL: &str = "aether_requests_total";
 pub const REQUEST_DURATION_SECONDS: &str = "aether_request_duration_seconds";
 pub const UPSTREAM_CONNECT_ERRORS_TOTAL: &str = "aether_upstream_connect_errors_total";
+/// TLS handshakes to BackendTLSPolicy backends that failed (unknown CA, wrong name).
+pub const UPSTREAM_TLS_ERRORS_TOTAL: &str = "aether_upstream_tls_errors_total";
 pub const DOWNSTREAM_CONNECTIONS_ACTIVE: &str = "aether_downstream_connections_active";
 pub const DOWNSTREAM_CONNECTIONS_TOTAL: &str = "aether_downstream_connections_total";
 pub const LISTENER_BIND_ERRORS_TOTAL: &str = "aether_listener_bind_errors_total";
@@ -102,4 +104,8 @@ pub fn connections_total(listener: &str) -> Counter {
 
 pub fn upstream_connect_errors(backend: &str) -> Counter {
     counter!(UPSTREAM_CONNECT_ERRORS_TOTAL, "backend" => backend.to_owned())
+}
+
+pub fn upstream_tls_errors(backend: &str) -> Counter {
+    counter!(UPSTREAM_TLS_ERRORS_TOTAL, "backend" => backend.to_owned())
 }

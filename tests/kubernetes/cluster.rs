@@ -19,6 +19,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 const TOKEN: &str = "aether-test-token";
 
 pub struct Cluster {
+    /// Held for the cluster's life: see [`CLUSTERS_AT_ONCE`].
+    _slot: ClusterSlot,
     pub dir: tempfile::TempDir,
     pub kubeconfig: PathBuf,
     /// etcd, then the apiserver.
@@ -27,8 +29,60 @@ pub struct Cluster {
     apiserver: (PathBuf, Vec<String>),
 }
 
+/// Clusters running at once. Each test starts its own etcd and apiserver (plus edges);
+/// ten of them at once on a 2-core machine starved each other past every timeout, so
+/// the rest wait for a slot. Tests stay independent, and the suite's time grows less
+/// than the waiting suggests, since fewer apiservers compete for the CPU.
+const CLUSTERS_AT_ONCE: usize = 3;
+
+static RUNNING: std::sync::Mutex<usize> = std::sync::Mutex::new(0);
+static FREED: std::sync::Condvar = std::sync::Condvar::new();
+
+struct ClusterSlot;
+
+impl ClusterSlot {
+    /// Blocks until fewer than [`CLUSTERS_AT_ONCE`] clusters run.
+    fn take() -> Self {
+        let mut running = RUNNING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while *running >= CLUSTERS_AT_ONCE {
+            running = FREED
+                .wait(running)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+        *running += 1;
+        ClusterSlot
+    }
+}
+
+impl Drop for ClusterSlot {
+    fn drop(&mut self) {
+        let mut running = RUNNING
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *running = running.saturating_sub(1);
+        FREED.notify_one();
+    }
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The test failed: show what the edges said before the logs go with the
+            // temporary directory.
+            for entry in std::fs::read_dir(self.dir.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.starts_with("edge-") {
+                    let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+                    eprintln!("===== {name} =====\n{}", text.trim_end());
+                }
+            }
+        }
         for p in &mut self.procs {
             let _ = p.kill();
             let _ = p.wait();
@@ -69,6 +123,7 @@ impl Cluster {
         let Some(apiserver) = tokio::task::spawn_blocking(apiserver_binary).await?? else {
             return Ok(None);
         };
+        let slot = tokio::task::spawn_blocking(ClusterSlot::take).await?;
         let dir = tempfile::tempdir()?;
         let d = dir.path();
         // Certificates: a CA, a serving cert for 127.0.0.1, a service-account key.
@@ -144,6 +199,7 @@ impl Cluster {
             ),
         )?;
         let cluster = Self {
+            _slot: slot,
             dir,
             kubeconfig,
             procs,
@@ -256,6 +312,7 @@ impl Cluster {
             "tcproutes",
             "tlsroutes",
             "listenersets",
+            "backendtlspolicies",
             // udproutes is left out on purpose: a kind whose CRD is missing must not
             // hold up the others (every test here would time out if it did).
         ] {

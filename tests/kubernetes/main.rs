@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod backend_tls;
 mod chart;
 mod cluster;
 mod l4;

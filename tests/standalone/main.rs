@@ -7,6 +7,8 @@
 #[macro_use]
 mod common;
 
+mod backend_tls;
+mod backend_tls_grpc;
 mod body_limit;
 mod cases;
 mod chaos;

@@ -3,6 +3,7 @@
 //! server-side apply under one field manager.
 
 pub mod lease;
+mod policy_status;
 pub mod services;
 pub mod status;
 pub mod watch;

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
@@ -230,6 +231,16 @@ impl StatusWriter {
                     Some(status),
                 ));
             }
+            for row in super::policy_status::rows(desired, store, &self.controller_name) {
+                out.push(self.plan(
+                    "BackendTLSPolicy",
+                    row.key,
+                    row.server_rv,
+                    row.ours,
+                    Some(row.mine),
+                    Some(row.status),
+                ));
+            }
             out.into_iter().flatten().collect::<Vec<_>>()
         });
         let mut failed = false;
@@ -285,8 +296,9 @@ impl StatusWriter {
         if kind != "GatewayClass" {
             metadata["namespace"] = json!(key.namespace);
         }
-        // Routes' status.parents is an atomic list shared with other controllers.
-        if kind.ends_with("Route")
+        // Routes' status.parents (and policies' ancestors) is an atomic list shared with
+        // other controllers.
+        if (kind.ends_with("Route") || kind == "BackendTLSPolicy")
             && let Some(rv) = server_rv
         {
             metadata["resourceVersion"] = json!(rv.to_string());
@@ -328,6 +340,12 @@ impl StatusWriter {
                     .await?
                     .metadata
             }
+            "BackendTLSPolicy" => {
+                Api::<BackendTlsPolicy>::namespaced(self.client.clone(), &w.key.namespace)
+                    .patch_status(&w.key.name, &params, &patch)
+                    .await?
+                    .metadata
+            }
             "GRPCRoute" => {
                 Api::<GrpcRoute>::namespaced(self.client.clone(), &w.key.namespace)
                     .patch_status(&w.key.name, &params, &patch)
@@ -358,16 +376,19 @@ impl StatusWriter {
     }
 }
 
-fn rv(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<u64> {
+pub(super) fn rv(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<u64> {
     meta.resource_version.as_deref()?.parse().ok()
 }
 
-fn to_value<T: Serialize>(v: &T) -> Value {
+pub(super) fn to_value<T: Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
 /// Keeps the server's `lastTransitionTime` for conditions whose status is unchanged.
-fn carry<'a>(conditions: impl Iterator<Item = &'a mut Condition>, server: Option<&[Condition]>) {
+pub(super) fn carry<'a>(
+    conditions: impl Iterator<Item = &'a mut Condition>,
+    server: Option<&[Condition]>,
+) {
     let server = server.unwrap_or_default();
     for c in conditions {
         if let Some(s) = server.iter().find(|s| s.type_ == c.type_)

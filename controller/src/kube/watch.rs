@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
+use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
@@ -249,6 +250,7 @@ namespaced!(EndpointSlice, EndpointSlice, endpoint_slices);
 namespaced!(Secret, Secret, secrets);
 namespaced!(ConfigMap, ConfigMap, config_maps);
 namespaced!(Pod, Pod, pods);
+namespaced!(BackendTlsPolicy, BackendTlsPolicy, backend_tls_policies);
 
 /// TCPRoute, UDPRoute and TLSRoute at `gateway.networking.k8s.io/v1`, read into the
 /// one L4 route type (the gateway-api crate has no v1 types for them).
@@ -307,9 +309,10 @@ l4_kind!(TlsRouteV1, "TLSRoute", "tlsroutes", Tls);
 /// watched only for mesh mode (`pods`), so other setups need no RBAC on them.
 pub fn spawn(client: &Client, shared: &Arc<Shared>, pods: bool) {
     let all = watcher::Config::default();
-    shared
-        .pending
-        .store(if pods { 15 } else { 14 }, Ordering::Release);
+    // Each `start` counts its watch in; this extra one holds the count above zero
+    // until every watch is counted, so a fast first list can't declare the Store
+    // synced early. (A hand-kept total went stale when two kinds were added at once.)
+    shared.pending.store(1, Ordering::Release);
     start::<GatewayClass>(Api::all(client.clone()), all.clone(), shared);
     start::<RawGateway>(Api::all(client.clone()), all.clone(), shared);
     start::<RawHttpRoute>(Api::all(client.clone()), all.clone(), shared);
@@ -319,6 +322,8 @@ pub fn spawn(client: &Client, shared: &Arc<Shared>, pods: bool) {
     start::<TlsRouteV1>(Api::all(client.clone()), all.clone(), shared);
     start::<ReferenceGrant>(Api::all(client.clone()), all.clone(), shared);
     start::<ListenerSet>(Api::all(client.clone()), all.clone(), shared);
+    // BackendTLSPolicy (standard since v1.4); a cluster without its CRD lists it empty.
+    start::<BackendTlsPolicy>(Api::all(client.clone()), all.clone(), shared);
     start::<Service>(Api::all(client.clone()), all.clone(), shared);
     start::<EndpointSlice>(Api::all(client.clone()), all.clone(), shared);
     start::<Namespace>(Api::all(client.clone()), all.clone(), shared);
@@ -334,9 +339,15 @@ pub fn spawn(client: &Client, shared: &Arc<Shared>, pods: bool) {
         all.fields("type=kubernetes.io/tls"),
         shared,
     );
+    if shared.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+        // Every watch listed before the last one was counted in.
+        tracing::info!("every watch has listed once; reconciling");
+        shared.changed.notify_one();
+    }
 }
 
 fn start<K: Kind>(api: Api<K>, config: watcher::Config, shared: &Arc<Shared>) {
+    shared.pending.fetch_add(1, Ordering::AcqRel);
     let shared = Arc::clone(shared);
     tokio::spawn(async move {
         let kind = K::kind(&());

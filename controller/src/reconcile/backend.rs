@@ -5,8 +5,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use aether_proxy::backend::{Backend, Endpoint, UpstreamProtocol};
+use aether_proxy::backend_tls::Alpn;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
+use super::backend_tls::PolicyIndex;
 use crate::store::{ObjectKey, Store};
 
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -25,7 +27,8 @@ pub struct RefProblem {
 pub struct BackendResolver<'s> {
     store: &'s Store,
     slices: HashMap<ObjectKey, Vec<&'s EndpointSlice>>,
-    cache: BTreeMap<(ObjectKey, i32, UpstreamProtocol), Arc<Backend>>,
+    cache: BTreeMap<(ObjectKey, i32, UpstreamProtocol, Alpn), Arc<Backend>>,
+    policies: PolicyIndex,
 }
 
 /// The fields of a backendRef, whatever route kind it came from.
@@ -57,7 +60,13 @@ impl<'s> BackendResolver<'s> {
             store,
             slices,
             cache: BTreeMap::new(),
+            policies: PolicyIndex::new(store),
         }
+    }
+
+    /// The BackendTLSPolicies as this reconcile weighed them (for their status).
+    pub fn policies(&self) -> &PolicyIndex {
+        &self.policies
     }
 
     /// Resolves a backendRef of a `from_kind` route (e.g. `HTTPRoute`) in
@@ -128,10 +137,19 @@ impl<'s> BackendResolver<'s> {
             _ if from_kind == "GRPCRoute" => UpstreamProtocol::H2c,
             _ => UpstreamProtocol::Http1,
         };
-        if let Some(b) = self.cache.get(&(key.clone(), port, protocol)) {
+        // L4 routes carry opaque streams: their TLS (TLSRoute Terminate) offers no ALPN.
+        let alpn = match (from_kind, protocol) {
+            ("TLSRoute" | "TCPRoute" | "UDPRoute", _) => Alpn::None,
+            (_, UpstreamProtocol::H2c) => Alpn::H2,
+            _ => Alpn::Http1,
+        };
+        if let Some(b) = self.cache.get(&(key.clone(), port, protocol, alpn)) {
             return Ok(Arc::clone(b));
         }
         let port_name = service_port.name.as_deref().unwrap_or("");
+        let tls = self
+            .policies
+            .lookup(&key, service_port.name.as_deref(), alpn);
         let mut endpoints: Vec<(SocketAddr, Option<Arc<str>>)> = Vec::new();
         for slice in self.slices.get(&key).into_iter().flatten() {
             let target = slice
@@ -175,10 +193,11 @@ impl<'s> BackendResolver<'s> {
                     .map(|(addr, peer)| Endpoint::new(addr).with_peer(peer))
                     .collect(),
             )
-            .with_mesh_disabled(mesh_disabled),
+            .with_mesh_disabled(mesh_disabled)
+            .with_tls(tls),
         );
         self.cache
-            .insert((key, port, protocol), Arc::clone(&backend));
+            .insert((key, port, protocol, alpn), Arc::clone(&backend));
         Ok(backend)
     }
 

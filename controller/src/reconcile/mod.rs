@@ -3,6 +3,7 @@
 
 pub mod address;
 mod backend;
+mod backend_tls;
 mod certificates;
 pub mod conditions;
 pub mod edge_slices;
@@ -209,6 +210,10 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
         &mut models,
     );
     portpool::apply(&mut models, &l4_routes, &mut statuses.l4_routes);
+    statuses.backend_tls_policies =
+        resolver
+            .policies()
+            .statuses(store, &settings.controller_name, &models, &sets);
 
     // Kubernetes-mode placement comes after attachment: a port pool's listener needs an
     // internal port for each port it handed to a route.

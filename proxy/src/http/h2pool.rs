@@ -19,10 +19,13 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
 use super::Body;
+use super::tls_connect::TlsDial;
 use super::upstream::UpstreamError;
 
 pub struct H2Pool {
     connect_timeout: Duration,
+    /// BackendTLSPolicy: each connection is TLS (ALPN h2) with this dial.
+    tls: Option<TlsDial>,
     // Held only to clone or insert a sender, never across an await.
     conns: Mutex<HashMap<SocketAddr, SendRequest<Body>>>,
 }
@@ -31,8 +34,15 @@ impl H2Pool {
     pub fn new(connect_timeout: Duration) -> Self {
         Self {
             connect_timeout,
+            tls: None,
             conns: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The same pool, dialling TLS to every endpoint.
+    pub fn with_tls(mut self, dial: TlsDial) -> Self {
+        self.tls = Some(dial);
+        self
     }
 
     pub async fn send(
@@ -60,17 +70,16 @@ impl H2Pool {
             .map_err(|_| UpstreamError::Connect("connect timed out".into()))?
             .map_err(|e| UpstreamError::Connect(e.into()))?;
         let _ = stream.set_nodelay(true);
-        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .keep_alive_interval(Duration::from_secs(30))
-            .handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| UpstreamError::Connect(e.into()))?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(%addr, error = %e, "upstream h2 connection ended");
+        let sender = match &self.tls {
+            None => handshake(addr, stream).await?,
+            Some(dial) => {
+                let tls = dial
+                    .handshake(stream)
+                    .await
+                    .map_err(UpstreamError::Connect)?;
+                handshake(addr, tls).await?
             }
-        });
+        };
         if let Ok(mut conns) = self.conns.lock() {
             conns.insert(addr, sender.clone());
         }
@@ -88,4 +97,23 @@ impl H2Pool {
             None => None,
         }
     }
+}
+
+/// The HTTP/2 handshake over any transport; the connection runs on its own task.
+async fn handshake<T>(addr: SocketAddr, io: T) -> Result<SendRequest<Body>, UpstreamError>
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Duration::from_secs(30))
+        .handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| UpstreamError::Connect(e.into()))?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(%addr, error = %e, "upstream h2 connection ended");
+        }
+    });
+    Ok(sender)
 }

@@ -10,6 +10,7 @@ mod integrity;
 mod mirror;
 mod outbound;
 mod retry;
+mod tls_connect;
 mod upgrade;
 mod upstream;
 
@@ -26,7 +27,9 @@ use http_body_util::{Either, Full};
 use hyper::body::{Body as _, Incoming};
 
 pub use error::{ProxyError, local_response};
+pub(crate) use h2pool::H2Pool;
 pub use headers::{X_ENVOY_ORIGINAL_DST_HOST, X_FORWARDED_FOR, X_FORWARDED_PROTO};
+pub(crate) use tls_connect::{TlsHttp1Client, dial as tls_dial};
 pub use upstream::{UpstreamError, UpstreamSettings, Upstreams};
 pub(crate) use upstream::{record_failure, record_health};
 

@@ -71,7 +71,7 @@ pub fn target(
     uri.scheme = Some(Scheme::HTTP);
     uri.path_and_query = Some(path_and_query);
     match protocol {
-        UpstreamProtocol::Http1 => {
+        UpstreamProtocol::Http1 | UpstreamProtocol::Tls => {
             // The endpoint in the URI keys the connection pool; Host stays as sent.
             uri.authority = Some(endpoint.authority.clone());
             parts.version = Version::HTTP_11;
@@ -79,7 +79,7 @@ pub fn target(
                 upgrade::restore_headers(&mut parts.headers, proto.clone());
             }
         }
-        UpstreamProtocol::H2c | UpstreamProtocol::Mesh => {
+        UpstreamProtocol::H2c | UpstreamProtocol::H2Tls | UpstreamProtocol::Mesh => {
             // The pool is keyed by endpoint elsewhere, so :authority can carry the
             // client's host, and Host must not be sent alongside it.
             let host = parts
@@ -95,6 +95,8 @@ pub fn target(
                     .map_err(|_| ProxyError::BadRequest("invalid endpoint\n"))?;
                 parts.headers.insert(crate::mesh::ORIGINAL_DST_HEADER, dst);
                 // Mesh traffic must be https at the pod: scheme follows the transport.
+                uri.scheme = Some(Scheme::HTTPS);
+            } else if protocol == UpstreamProtocol::H2Tls {
                 uri.scheme = Some(Scheme::HTTPS);
             }
         }

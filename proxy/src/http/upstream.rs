@@ -11,6 +11,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::Body;
 use super::h2pool::H2Pool;
+use super::tls_connect;
 use crate::backend::{Backend, Endpoint, UpstreamProtocol};
 use crate::mesh::{MeshClient, MeshSettings};
 
@@ -51,6 +52,7 @@ pub enum UpstreamError {
 }
 
 pub struct Upstreams {
+    settings: UpstreamSettings,
     http1: Client<HttpConnector, Body>,
     h2c: H2Pool,
     mesh: Option<MeshClient>,
@@ -72,6 +74,7 @@ impl Upstreams {
             .http1_writev(false)
             .build(connector);
         Self {
+            settings: settings.clone(),
             http1,
             h2c: H2Pool::new(settings.connect_timeout),
             mesh: settings
@@ -84,6 +87,14 @@ impl Upstreams {
     /// How `backend` is reached: over the mesh unless mesh mode is off or the
     /// Service opted out.
     pub fn protocol_for(&self, backend: &Backend) -> UpstreamProtocol {
+        // A BackendTLSPolicy names the backend's own certificate: the policy wins over
+        // mesh mode, whose identities the backend's certificate would not carry.
+        if backend.tls.is_some() {
+            return match backend.protocol {
+                UpstreamProtocol::H2c => UpstreamProtocol::H2Tls,
+                _ => UpstreamProtocol::Tls,
+            };
+        }
         if self.mesh.is_some() && !backend.mesh_disabled {
             UpstreamProtocol::Mesh
         } else {
@@ -114,6 +125,13 @@ impl Upstreams {
                 }
             }),
             UpstreamProtocol::H2c => self.h2c.send(endpoint.addr, req).await,
+            UpstreamProtocol::Tls | UpstreamProtocol::H2Tls => match &backend.tls {
+                Some(tls) => {
+                    let h2 = protocol == UpstreamProtocol::H2Tls;
+                    tls_connect::send(&self.settings, tls, h2, backend, endpoint, req).await
+                }
+                None => Err(UpstreamError::Refused("backend has no TLS policy".into())),
+            },
             UpstreamProtocol::Mesh => match &self.mesh {
                 // Mesh retries elsewhere and records its own connect failures.
                 Some(mesh) => return mesh.send(backend, endpoint, req).await,

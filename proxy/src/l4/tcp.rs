@@ -21,11 +21,35 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// keeps flowing. A connection that can't be forwarded (no endpoint, connect failure)
 /// is reset, so the client sees a failure rather than an empty answer.
 pub async fn forward<S: ClientStream>(
-    mut client: S,
+    client: S,
     peer: SocketAddr,
     target: &L4Target,
     first: &[u8],
     force_close: &CancellationToken,
+) {
+    forward_with(client, peer, target, first, force_close, false).await;
+}
+
+/// Like [`forward`], for a stream the edge terminated (TLSRoute Terminate): a backend
+/// with a BackendTLSPolicy is reached over TLS as the policy says, as the spec asks for
+/// TLSRoute with termination. (Passthrough and TCPRoute bytes are forwarded as they
+/// are: a passthrough stream is already the client's TLS.)
+pub async fn forward_terminated<S: ClientStream>(
+    client: S,
+    peer: SocketAddr,
+    target: &L4Target,
+    force_close: &CancellationToken,
+) {
+    forward_with(client, peer, target, &[], force_close, true).await;
+}
+
+async fn forward_with<S: ClientStream>(
+    client: S,
+    peer: SocketAddr,
+    target: &L4Target,
+    first: &[u8],
+    force_close: &CancellationToken,
+    originate_tls: bool,
 ) {
     let (backend, endpoint) = match target.backends.pick() {
         Pick::Endpoint(_, b, ep) => (b, ep.addr),
@@ -40,25 +64,55 @@ pub async fn forward<S: ClientStream>(
             return reset(client);
         }
     };
-    let mut upstream =
-        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(endpoint)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => {
-                tracing::debug!(%peer, %endpoint, error = %e, "upstream connect failed");
-                telemetry::upstream_connect_errors(&backend.name).increment(1);
-                refused("connect_failed");
-                return reset(client);
-            }
-            Err(_) => {
-                tracing::debug!(%peer, %endpoint, "upstream connect timed out");
-                telemetry::upstream_connect_errors(&backend.name).increment(1);
-                refused("connect_timeout");
-                return reset(client);
-            }
-        };
+    let upstream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(endpoint)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, %endpoint, error = %e, "upstream connect failed");
+            telemetry::upstream_connect_errors(&backend.name).increment(1);
+            refused("connect_failed");
+            return reset(client);
+        }
+        Err(_) => {
+            tracing::debug!(%peer, %endpoint, "upstream connect timed out");
+            telemetry::upstream_connect_errors(&backend.name).increment(1);
+            refused("connect_timeout");
+            return reset(client);
+        }
+    };
     if let Err(e) = upstream.set_nodelay(true) {
         tracing::debug!(error = %e, "set_nodelay failed");
     }
+    let Some(tls) = backend.tls.as_ref().filter(|_| originate_tls) else {
+        return pump(client, upstream, peer, endpoint, target, first, force_close).await;
+    };
+    let handshake = async {
+        let dial = crate::http::tls_dial(tls, backend).map_err(|e| e.to_string())?;
+        tokio::time::timeout(CONNECT_TIMEOUT, dial.handshake(upstream))
+            .await
+            .map_err(|_| "TLS handshake timed out".to_owned())?
+            .map_err(|e| e.to_string())
+    };
+    match handshake.await {
+        Ok(upstream) => pump(client, upstream, peer, endpoint, target, first, force_close).await,
+        Err(e) => {
+            tracing::debug!(%peer, %endpoint, error = %e, "upstream TLS failed");
+            telemetry::upstream_connect_errors(&backend.name).increment(1);
+            refused("upstream_tls");
+            reset(client);
+        }
+    }
+}
+
+/// Copies bytes both ways between the client and a connected upstream.
+async fn pump<S: ClientStream, U: AsyncRead + AsyncWrite + Unpin>(
+    mut client: S,
+    mut upstream: U,
+    peer: SocketAddr,
+    endpoint: SocketAddr,
+    target: &L4Target,
+    first: &[u8],
+    force_close: &CancellationToken,
+) {
     target.stats.connections.increment(1);
     if !first.is_empty() {
         if let Err(e) = upstream.write_all(first).await {

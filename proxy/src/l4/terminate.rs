@@ -40,5 +40,5 @@ pub async fn serve(
         refused("no_route");
         return;
     };
-    tcp::forward(stream, peer, target, &[], force_close).await;
+    tcp::forward_terminated(stream, peer, target, force_close).await;
 }

@@ -145,6 +145,9 @@ pub(super) struct StatusExpect {
     /// HTTPRoute parents.
     #[serde(default)]
     pub(super) parents: Vec<ParentExpect>,
+    /// BackendTLSPolicy `status.ancestors`, found by Gateway like `parents`.
+    #[serde(default)]
+    pub(super) ancestors: Vec<ParentExpect>,
     /// HTTPRoute: Gateways (`namespace/name`) that must have no parent status.
     #[serde(default)]
     pub(super) no_parents: Vec<String>,

@@ -78,6 +78,8 @@ pub const KNOWN_FEATURES: &[&str] = &[
     "TLSRoute",
     "TCPRoute",
     "UDPRoute",
+    "BackendTLSPolicy",
+    "BackendTLSPolicySANValidation",
 ];
 
 // ---------------------------------------------------------------------------------------

@@ -49,10 +49,15 @@ pub(super) fn conditions_diffs(
     }
 }
 
-/// Whether a route's `status.parents[]` entry is for Gateway `ns/name`.
+/// Whether a route's `status.parents[]` entry (or a policy's `status.ancestors[]`
+/// entry) is for Gateway `ns/name`.
 pub(super) fn parent_is(p: &Value, route_ns: &str, gw: &str) -> bool {
     let (ns, name) = split_ref(gw);
-    let pr = &p["parentRef"];
+    let pr = if p.get("ancestorRef").is_some() {
+        &p["ancestorRef"]
+    } else {
+        &p["parentRef"]
+    };
     pr["name"] == name && pr["namespace"].as_str().unwrap_or(route_ns) == ns
 }
 
@@ -114,6 +119,22 @@ pub(super) fn status_diffs(status: &Value, want: &[StatusExpect]) -> Vec<String>
             conditions_diffs(&lwhat, &got["conditions"], &l.conditions, &mut out);
         }
         let parents = item["status"]["parents"].as_array();
+        let ancestors = item["status"]["ancestors"].as_array();
+        for p in &w.ancestors {
+            let awhat = format!("{what} ancestor {}", p.gateway);
+            let found = ancestors
+                .into_iter()
+                .flatten()
+                .find(|x| parent_is(x, &w.namespace, &p.gateway));
+            let Some(found) = found else {
+                out.push(format!(
+                    "{awhat}: no such ancestor status; ancestors: {}",
+                    item["status"]["ancestors"]
+                ));
+                continue;
+            };
+            conditions_diffs(&awhat, &found["conditions"], &p.conditions, &mut out);
+        }
         for p in &w.parents {
             let pwhat = format!(
                 "{what} parent {} {}{}{}",

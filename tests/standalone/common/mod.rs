@@ -344,6 +344,7 @@ mod l4;
 mod mesh;
 mod process;
 mod tls;
+mod tls_backend;
 
 pub use admin::*;
 pub use clients::*;
@@ -351,3 +352,4 @@ pub use l4::*;
 pub use mesh::*;
 pub use process::*;
 pub use tls::*;
+pub use tls_backend::*;

@@ -45,6 +45,16 @@ impl TestCa {
         self.sign(params)
     }
 
+    /// A server certificate for DNS `names` that also carries URI subjectAltName `uri`.
+    pub fn leaf_with_uri(&self, names: &[&str], uri: &str) -> Result<Leaf, BoxError> {
+        let mut params =
+            CertificateParams::new(names.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())?;
+        params
+            .subject_alt_names
+            .push(rcgen::SanType::URI(uri.try_into()?));
+        self.sign(params)
+    }
+
     /// A client certificate (extended key usage clientAuth) for `name`.
     pub fn client_leaf(&self, name: &str) -> Result<Leaf, BoxError> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
