@@ -71,23 +71,13 @@ async fn mesh_request_reaches_the_inbound_listener_over_mtls_as_the_edge() -> Te
     ));
     env.write_manifest("mesh.yaml", &m)?;
 
-    let _echo = env
-        .spawn_echo(SocketAddr::new(pod_ip, ECHO_PORT), "pod-a")
-        .await?;
+    let _pod = env.spawn_app_pod(pod_ip, "pod-a", &ca).await?;
     let _direct = env
         .spawn_echo(SocketAddr::new(direct_ip, ECHO_PORT), "direct")
         .await?;
-    let _inbound = env
-        .spawn_inbound(
-            pod_ip,
-            &ca.svid(&spiffe_id("default", "app"), "pod-a")?,
-            &ca,
-            EDGE_ID,
-        )
+    let _edge = env
+        .spawn_serving_mesh_edge(&file_flags(&edge_files))
         .await?;
-    let mut edge = env.spawn_mesh_edge("edge", &file_flags(&edge_files))?;
-    env.wait_ready(&mut edge).await?;
-    env.wait_listener(net.gw()).await?;
 
     // A client-supplied XFCC must not survive: only the inbound listener sets one.
     let mut c = H1Conn::connect(net.client_ip(), net.gw()).await?;
@@ -232,9 +222,9 @@ async fn mesh_peer_with_the_wrong_spiffe_id_is_refused_and_counted() -> TestResu
             EDGE_ID,
         )
         .await?;
-    let mut edge = env.spawn_mesh_edge("edge", &file_flags(&edge_files))?;
-    env.wait_ready(&mut edge).await?;
-    env.wait_listener(net.gw()).await?;
+    let edge = env
+        .spawn_serving_mesh_edge(&file_flags(&edge_files))
+        .await?;
 
     let seen = |name: &str| env.echo_requests(name).map(|r| r.len());
     let before = (seen("pod-a")?, seen("pod-f")?);
@@ -287,9 +277,9 @@ async fn mesh_never_sends_plaintext_to_the_inbound_port() -> TestResult {
         let n = tokio::time::timeout(REQUEST_TIMEOUT, s.read(&mut buf)).await??;
         Ok::<Vec<u8>, BoxError>(buf[..n].to_vec())
     });
-    let mut edge = env.spawn_mesh_edge("edge", &file_flags(&edge_files))?;
-    env.wait_ready(&mut edge).await?;
-    env.wait_listener(net.gw()).await?;
+    let _edge = env
+        .spawn_serving_mesh_edge(&file_flags(&edge_files))
+        .await?;
     let r = env.h1(net.gw(), "mesh.example", "/secret").await?;
     ensure!(
         r.status.is_server_error(),

@@ -46,9 +46,9 @@ async fn mesh_endpoint_killed_under_load_costs_under_a_thousandth_of_requests() 
         .await?;
     let _inbound_a = env.spawn_inbound(a, &app, &ca, EDGE_ID).await?;
     let inbound_b = env.spawn_inbound(b, &app, &ca, EDGE_ID).await?;
-    let mut edge = env.spawn_mesh_edge("edge", &file_flags(&edge_files))?;
-    env.wait_ready(&mut edge).await?;
-    env.wait_listener(net.gw()).await?;
+    let edge = env
+        .spawn_serving_mesh_edge(&file_flags(&edge_files))
+        .await?;
 
     // 4 clients, 2000 sequential requests each (bounded); pod B dies 300 ms in.
     const PER_CLIENT: usize = 2000;

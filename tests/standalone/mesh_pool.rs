@@ -1,7 +1,7 @@
 //! Mesh-mode pooling seen from the pod's inbound listener: many concurrent requests,
 //! few connections.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
 use http::StatusCode;
 
@@ -25,21 +25,11 @@ async fn mesh_200_concurrent_requests_to_one_pod_use_a_handful_of_connections() 
         &[],
     ));
     env.write_manifest("mesh.yaml", &m)?;
-    let _echo = env
-        .spawn_echo(SocketAddr::new(pod_ip, ECHO_PORT), "pod-a")
-        .await?;
     // The inbound listener allows 100 streams per connection.
-    let inbound = env
-        .spawn_inbound(
-            pod_ip,
-            &ca.svid(&spiffe_id("default", "app"), "pod-a")?,
-            &ca,
-            EDGE_ID,
-        )
+    let (_echo, inbound) = env.spawn_app_pod(pod_ip, "pod-a", &ca).await?;
+    let _edge = env
+        .spawn_serving_mesh_edge(&file_flags(&edge_files))
         .await?;
-    let mut edge = env.spawn_mesh_edge("edge", &file_flags(&edge_files))?;
-    env.wait_ready(&mut edge).await?;
-    env.wait_listener(net.gw()).await?;
 
     // 200 requests in flight at once (each held 500 ms at the backend), from 4 client
     // connections of 50 streams.

@@ -2,7 +2,7 @@
 //! the real workload.proto on a Unix socket hands out SVIDs and rotates them; a real
 //! Envoy at pod_ip:15008 reports (in XFCC) which SVID each request came with.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -66,20 +66,8 @@ async fn mesh_svid_rotation_under_load_drops_no_request_and_new_connections_use_
     let socket = env.dir.path().join("agent.sock");
     let api = WorkloadApi::serve(&socket)?;
     api.rotate(ca.svid(EDGE_ID, "edge-1")?.wire(EDGE_ID, &ca));
-    let _echo = env
-        .spawn_echo(SocketAddr::new(pod_ip, ECHO_PORT), "pod-a")
-        .await?;
-    let inbound = env
-        .spawn_inbound(
-            pod_ip,
-            &ca.svid(&spiffe_id("default", "app"), "pod-a")?,
-            &ca,
-            EDGE_ID,
-        )
-        .await?;
-    let mut edge = env.spawn_mesh_edge("edge", &socket_flags(&socket))?;
-    env.wait_ready(&mut edge).await?;
-    env.wait_listener(net.gw()).await?;
+    let (_echo, inbound) = env.spawn_app_pod(pod_ip, "pod-a", &ca).await?;
+    let _edge = env.spawn_serving_mesh_edge(&socket_flags(&socket)).await?;
 
     // 4 clients, each 150 requests in sequence on one keep-alive connection (bounded),
     // each held 5 ms at the backend so some are always in flight; the SVID rotates
@@ -152,17 +140,7 @@ async fn mesh_workload_api_absent_then_gone_keeps_the_current_svid_and_picks_up_
     let pod_ip = IpAddr::V4(net.ip(11));
     env.write_manifest("mesh.yaml", &manifests(net, pod_ip))?;
     let socket = env.dir.path().join("agent.sock");
-    let _echo = env
-        .spawn_echo(SocketAddr::new(pod_ip, ECHO_PORT), "pod-a")
-        .await?;
-    let _inbound = env
-        .spawn_inbound(
-            pod_ip,
-            &ca.svid(&spiffe_id("default", "app"), "pod-a")?,
-            &ca,
-            EDGE_ID,
-        )
-        .await?;
+    let (_echo, _inbound) = env.spawn_app_pod(pod_ip, "pod-a", &ca).await?;
 
     // No agent socket yet: the edge runs, but is not ready and says why.
     let mut edge = env.spawn_mesh_edge("edge", &socket_flags(&socket))?;

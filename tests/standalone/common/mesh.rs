@@ -209,6 +209,38 @@ impl TestEnv {
         })
         .await
     }
+
+    /// Starts the mesh edge with `flags` and waits until it is ready and its
+    /// Gateway's listener answers.
+    pub async fn spawn_serving_mesh_edge(&self, flags: &[String]) -> Result<Proc, BoxError> {
+        let mut edge = self.spawn_mesh_edge("edge", flags)?;
+        self.wait_ready(&mut edge).await?;
+        self.wait_listener(self.net.gw()).await?;
+        Ok(edge)
+    }
+
+    /// A pod of service account `default/app` at `ip`: its echo backend `name` on
+    /// ECHO_PORT, behind an inbound Envoy that presents the pod's SVID and admits the
+    /// edge.
+    pub async fn spawn_app_pod(
+        &self,
+        ip: IpAddr,
+        name: &str,
+        ca: &SpiffeCa,
+    ) -> Result<(Proc, super::envoy::Inbound), BoxError> {
+        let echo = self
+            .spawn_echo(SocketAddr::new(ip, ECHO_PORT), name)
+            .await?;
+        let inbound = self
+            .spawn_inbound(
+                ip,
+                &ca.svid(&spiffe_id("default", "app"), name)?,
+                ca,
+                EDGE_ID,
+            )
+            .await?;
+        Ok((echo, inbound))
+    }
 }
 
 /// `--mesh-svid-cert/--mesh-svid-key/--mesh-bundle` for the three paths.
