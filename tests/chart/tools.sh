@@ -27,9 +27,10 @@ if [[ ! -x "$helm" || ! -x "$kubectl" ]]; then
 fi
 
 validate="$tools/venv/bin/kubernetes-validate"
-if [[ ! -x "$validate" ]]; then
-  python3 -m venv "$tools/venv" >&2
-  "$tools/venv/bin/pip" install -q kubernetes-validate==1.37.0 >&2
+# Run, not just found: a venv copied from another path has scripts that can't start.
+if ! "$validate" --help >/dev/null 2>&1; then
+  python3 -m venv --clear "$tools/venv" >&2
+  "$tools/venv/bin/python" -m pip install -q kubernetes-validate==1.37.0 >&2
 fi
 
 echo "$helm"
