@@ -73,6 +73,19 @@ pub struct RunArgs {
     #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub lease_duration: Duration,
 
+    /// Kubernetes mode: a Gateway annotated `aether.io/dedicated: "true"` gets a
+    /// Deployment of its own, in the edge Service's namespace, built from this pod
+    /// template (YAML, a PodTemplateSpec; the chart renders its own edge pod into it).
+    /// Unset: such Gateways are served by the shared edge pods, with a condition.
+    #[arg(long, value_name = "FILE")]
+    pub dedicated_pod_template: Option<PathBuf>,
+
+    /// Kubernetes mode: serve only this Gateway, and write nothing (no status, no
+    /// Services; the shared edge does that). Set by the controller on a dedicated
+    /// Gateway's pods.
+    #[arg(long, value_parser = parse_object_key, value_name = "NAMESPACE/NAME")]
+    pub serve_gateway: Option<aether_controller::ObjectKey>,
+
     /// Kubernetes mode: the address listeners bind their internal ports on.
     #[arg(long, default_value = "0.0.0.0", value_name = "IP")]
     pub listen_address: std::net::IpAddr,

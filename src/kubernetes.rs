@@ -7,7 +7,8 @@ use std::sync::Arc;
 use aether_controller::kube::lease::{self, LeaseConfig};
 use aether_controller::kube::services::{Desired, ServiceApplier};
 use aether_controller::kube::status::StatusWriter;
-use aether_controller::kube::watch::Shared;
+use aether_controller::kube::watch::{Extra, Shared};
+use aether_controller::reconcile::dedicated::DedicatedSettings;
 use aether_controller::reconcile::services::ServiceSettings;
 use aether_controller::reconcile::{Addressing, reconcile_with};
 use aether_controller::{Settings, Statuses};
@@ -26,8 +27,26 @@ pub async fn run(
     publisher: &mut Publisher,
 ) -> anyhow::Result<()> {
     let client = aether_controller::kube::client().await?;
+    if args.serve_gateway.is_some() && !args.per_gateway_addressing {
+        anyhow::bail!("--serve-gateway needs per-Gateway addressing");
+    }
+    // A dedicated Gateway's own pod serves and writes nothing else, so it provisions
+    // nothing either, even though it runs with the shared edge's flags.
+    let dedicated = match (&args.dedicated_pod_template, &args.serve_gateway) {
+        (Some(path), None) => Some(DedicatedSettings {
+            namespace: args.edge_service.namespace.clone(),
+            template: load_template(path).await?,
+        }),
+        _ => None,
+    };
+    let extra = Extra {
+        pods: args.mesh.mesh,
+        deployments: dedicated.as_ref().map(|d| d.namespace.clone()),
+    };
     let service = ServiceSettings {
         edge_service: args.edge_service.clone(),
+        dedicated,
+        serve_only: args.serve_gateway.clone(),
     };
     let addressing = if args.per_gateway_addressing {
         Addressing::InternalPorts {
@@ -42,7 +61,7 @@ pub async fn run(
         }
     };
     let shared = Arc::new(Shared::default());
-    aether_controller::kube::watch::spawn(&client, &shared, args.mesh.mesh);
+    aether_controller::kube::watch::spawn(&client, &shared, &extra);
     let (status_tx, status_rx) = watch::channel(Arc::new(Statuses::default()));
     let (service_tx, service_rx) = watch::channel(Desired::default());
     let writer = StatusWriter::new(
@@ -51,18 +70,23 @@ pub async fn run(
         settings.controller_name.clone(),
     );
     let applier = ServiceApplier::new(client.clone(), Arc::clone(&shared));
-    let held = lease::spawn(
-        client,
-        LeaseConfig {
-            namespace: args.edge_service.namespace.clone(),
-            name: args.writer_lease.clone(),
-            identity: identity(),
-            duration: args.lease_duration,
-        },
-    );
     // Effects wait for the first reconcile of a fully listed Store: the channels'
-    // initial (empty) values are never acted on.
-    let mut effects = Some((writer, status_rx, applier, service_rx));
+    // initial (empty) values are never acted on. A dedicated Gateway's pod has none
+    // and doesn't contend for the Lease.
+    let mut effects = if args.serve_gateway.is_some() {
+        None
+    } else {
+        let held = lease::spawn(
+            client,
+            LeaseConfig {
+                namespace: args.edge_service.namespace.clone(),
+                name: args.writer_lease.clone(),
+                identity: identity(),
+                duration: args.lease_duration,
+            },
+        );
+        Some((writer, status_rx, applier, service_rx, held))
+    };
 
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
@@ -103,14 +127,26 @@ pub async fn run(
                 publisher.outcome(outcome, Vec::new());
                 status_tx.send_replace(Arc::new(publisher.statuses().clone()));
                 service_tx.send_replace(services);
-                if let Some((writer, status_rx, applier, service_rx)) = effects.take() {
+                if let Some((writer, status_rx, applier, service_rx, held)) = effects.take() {
                     tokio::spawn(writer.run(status_rx, held.clone()));
-                    tokio::spawn(applier.run(service_rx, held.clone()));
+                    tokio::spawn(applier.run(service_rx, held));
                 }
             }
         }
     }
     Ok(())
+}
+
+/// The dedicated Gateways' pod template, read once: every replica reads the same
+/// file (one ConfigMap), so all compute the same Deployments.
+async fn load_template(
+    path: &std::path::Path,
+) -> anyhow::Result<aether_controller::reconcile::dedicated::PodTemplateSpec> {
+    let text = tokio::fs::read_to_string(path)
+        .await
+        .with_context(|| format!("reading the dedicated pod template {}", path.display()))?;
+    aether_controller::reconcile::dedicated::parse_template(&text)
+        .with_context(|| format!("parsing the dedicated pod template {}", path.display()))
 }
 
 /// This replica's name in the writer Lease: the pod name (the chart sets `POD_NAME`

@@ -10,6 +10,7 @@ use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::listenersets::ListenerSet;
 use gateway_api::referencegrants::ReferenceGrant;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodSpec, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -77,6 +78,9 @@ pub enum Object {
     /// pod's workload identity.
     Pod(Box<Pod>),
     BackendTlsPolicy(Box<BackendTlsPolicy>),
+    /// Kept as metadata only: the controller needs to know which dedicated Gateway
+    /// Deployments exist (to delete those no longer wanted), not their specs.
+    Deployment(Box<Deployment>),
 }
 
 impl Object {
@@ -96,6 +100,7 @@ impl Object {
             Object::L4Route(o) => &o.metadata,
             Object::Pod(o) => &o.metadata,
             Object::BackendTlsPolicy(o) => &o.metadata,
+            Object::Deployment(o) => &o.metadata,
         }
     }
 
@@ -115,6 +120,7 @@ impl Object {
             Object::L4Route(o) => o.kind.as_str(),
             Object::Pod(_) => "Pod",
             Object::BackendTlsPolicy(_) => "BackendTLSPolicy",
+            Object::Deployment(_) => "Deployment",
         }
     }
 }
@@ -143,6 +149,8 @@ pub struct Store {
     pub l4_routes: BTreeMap<(L4Kind, ObjectKey), L4Route>,
     pub pods: BTreeMap<ObjectKey, Pod>,
     pub backend_tls_policies: BTreeMap<ObjectKey, BackendTlsPolicy>,
+    /// Dedicated Gateways' Deployments (metadata only), in Kubernetes mode.
+    pub deployments: BTreeMap<ObjectKey, Deployment>,
 }
 
 impl Store {
@@ -227,6 +235,22 @@ impl Store {
             Object::Pod(mut o) => {
                 let key = defaulted(&mut o.metadata);
                 self.pods.insert(key, trimmed(*o));
+            }
+            Object::Deployment(mut o) => {
+                let key = defaulted(&mut o.metadata);
+                let meta = ObjectMeta {
+                    name: o.metadata.name.take(),
+                    namespace: o.metadata.namespace.take(),
+                    labels: o.metadata.labels.take(),
+                    ..ObjectMeta::default()
+                };
+                self.deployments.insert(
+                    key,
+                    Deployment {
+                        metadata: meta,
+                        ..Deployment::default()
+                    },
+                );
             }
             Object::BackendTlsPolicy(mut o) => {
                 let key = defaulted(&mut o.metadata);

@@ -1,5 +1,6 @@
-//! Applies each Gateway's Service and its EndpointSlices (server-side apply:
-//! idempotent, one field manager) and deletes what belonged to Gateways that are gone.
+//! Applies each Gateway's Service and its EndpointSlices, and a dedicated Gateway's
+//! Deployment and pods Service (server-side apply: idempotent, one field manager), and
+//! deletes what belonged to Gateways that are gone.
 //! Owner references would let the garbage collector do the deleting, but not every API
 //! server runs one, and a Gateway's ports should be freed when it goes, not eventually.
 
@@ -7,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
@@ -28,6 +30,7 @@ pub type Desired = Arc<BTreeMap<ObjectKey, GatewayObjects>>;
 enum Kind {
     Service,
     EndpointSlice,
+    Deployment,
 }
 
 impl Kind {
@@ -35,6 +38,7 @@ impl Kind {
         match self {
             Kind::Service => "Service",
             Kind::EndpointSlice => "EndpointSlice",
+            Kind::Deployment => "Deployment",
         }
     }
 }
@@ -108,6 +112,12 @@ impl ServiceApplier {
                         .await
                         .map(drop)
                 }
+                Kind::Deployment => {
+                    Api::<Deployment>::namespaced(self.client.clone(), &key.namespace)
+                        .patch(&key.name, &params, &Patch::Apply(&value))
+                        .await
+                        .map(drop)
+                }
             };
             counter!("aether_service_writes_total", "op" => "apply", "kind" => kind.as_str(), "result" => if result.is_ok() { "ok" } else { "error" }).increment(1);
             match result {
@@ -130,6 +140,12 @@ impl ServiceApplier {
                     .map(drop),
                 Kind::EndpointSlice => {
                     Api::<EndpointSlice>::namespaced(self.client.clone(), &key.namespace)
+                        .delete(&key.name, &dp)
+                        .await
+                        .map(drop)
+                }
+                Kind::Deployment => {
+                    Api::<Deployment>::namespaced(self.client.clone(), &key.namespace)
                         .delete(&key.name, &dp)
                         .await
                         .map(drop)
@@ -169,6 +185,18 @@ fn wanted(desired: &BTreeMap<ObjectKey, GatewayObjects>) -> BTreeMap<(Kind, Obje
                 out.insert((Kind::EndpointSlice, key), v);
             }
         }
+        if let Some(own) = &objects.dedicated {
+            if let Some(key) = key_of(&own.deployment.metadata)
+                && let Ok(v) = serde_json::to_value(&own.deployment)
+            {
+                out.insert((Kind::Deployment, key), v);
+            }
+            if let Some(key) = key_of(&own.pods.metadata)
+                && let Ok(v) = serde_json::to_value(&own.pods)
+            {
+                out.insert((Kind::Service, key), v);
+            }
+        }
     }
     out
 }
@@ -197,7 +225,12 @@ fn ours(store: &Store) -> impl Iterator<Item = (Kind, ObjectKey)> + '_ {
         .iter()
         .filter(|(_, s)| is_managed(&s.metadata))
         .map(|(k, _)| (Kind::EndpointSlice, k.clone()));
-    services.chain(slices)
+    let deployments = store
+        .deployments
+        .iter()
+        .filter(|(_, d)| is_managed(&d.metadata))
+        .map(|(k, _)| (Kind::Deployment, k.clone()));
+    services.chain(slices).chain(deployments)
 }
 
 /// Whether the object exists and is ours: if someone else deleted or took it, our
@@ -212,5 +245,9 @@ fn present_and_ours(store: &Store, (kind, key): &(Kind, ObjectKey)) -> bool {
             .endpoint_slices
             .get(key)
             .is_some_and(|s| is_managed(&s.metadata)),
+        Kind::Deployment => store
+            .deployments
+            .get(key)
+            .is_some_and(|d| is_managed(&d.metadata)),
     }
 }

@@ -15,6 +15,7 @@ use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::listenersets::ListenerSet;
 use gateway_api::referencegrants::ReferenceGrant;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -251,6 +252,7 @@ namespaced!(Secret, Secret, secrets);
 namespaced!(ConfigMap, ConfigMap, config_maps);
 namespaced!(Pod, Pod, pods);
 namespaced!(BackendTlsPolicy, BackendTlsPolicy, backend_tls_policies);
+namespaced!(Deployment, Deployment, deployments);
 
 /// TCPRoute, UDPRoute and TLSRoute at `gateway.networking.k8s.io/v1`, read into the
 /// one L4 route type (the gateway-api crate has no v1 types for them).
@@ -304,10 +306,20 @@ l4_kind!(TcpRouteV1, "TCPRoute", "tcproutes", Tcp);
 l4_kind!(UdpRouteV1, "UDPRoute", "udproutes", Udp);
 l4_kind!(TlsRouteV1, "TLSRoute", "tlsroutes", Tls);
 
+/// What to watch beyond the Gateway API kinds, Services, EndpointSlices, Namespaces,
+/// ConfigMaps and TLS Secrets. Each is off unless needed, so a setup without it needs
+/// no RBAC for it.
+#[derive(Debug, Clone, Default)]
+pub struct Extra {
+    /// Mesh mode's pod identities.
+    pub pods: bool,
+    /// The namespace of dedicated Gateways' Deployments (ours, by label).
+    pub deployments: Option<String>,
+}
+
 /// Starts one watch per kind, cluster-wide. Secrets are limited to `kubernetes.io/tls`
-/// by a field selector, so the cache never holds the cluster's other Secrets. Pods are
-/// watched only for mesh mode (`pods`), so other setups need no RBAC on them.
-pub fn spawn(client: &Client, shared: &Arc<Shared>, pods: bool) {
+/// by a field selector, so the cache never holds the cluster's other Secrets.
+pub fn spawn(client: &Client, shared: &Arc<Shared>, extra: &Extra) {
     let all = watcher::Config::default();
     // Each `start` counts its watch in; this extra one holds the count above zero
     // until every watch is counted, so a fast first list can't declare the Store
@@ -330,9 +342,21 @@ pub fn spawn(client: &Client, shared: &Arc<Shared>, pods: bool) {
     // Every ConfigMap is listed (a CA bundle can't be told apart by a selector), but
     // the Store keeps only their `ca.crt`.
     start::<ConfigMap>(Api::all(client.clone()), all.clone(), shared);
-    if pods {
+    if extra.pods {
         // Mesh mode's pod identities; the Store trims each Pod to its service account.
         start::<Pod>(Api::all(client.clone()), all.clone(), shared);
+    }
+    if let Some(ns) = &extra.deployments {
+        let ours = format!(
+            "{}={}",
+            crate::reconcile::services::LABEL_MANAGED_BY,
+            crate::reconcile::services::MANAGED_BY
+        );
+        start::<Deployment>(
+            Api::namespaced(client.clone(), ns),
+            all.clone().labels(&ours),
+            shared,
+        );
     }
     start::<Secret>(
         Api::all(client.clone()),

@@ -211,9 +211,7 @@ fn kubernetes_mode_gateway_service_exposes_listenerset_ports() {
     };
     let addressing = Addressing::InternalPorts {
         range: "20000-29999".parse().unwrap_or_else(|e| panic!("{e}")),
-        service: ServiceSettings {
-            edge_service: ObjectKey::new("edge-system", "aether-edge"),
-        },
+        service: ServiceSettings::shared(ObjectKey::new("edge-system", "aether-edge")),
         bind: std::net::Ipv4Addr::UNSPECIFIED.into(),
     };
     let out = reconcile_with(&Store::from_objects(parsed.objects), &settings, &addressing);

@@ -6,6 +6,7 @@ mod backend;
 mod backend_tls;
 mod certificates;
 pub mod conditions;
+pub mod dedicated;
 pub mod edge_slices;
 mod filters;
 mod frontend_tls;
@@ -228,7 +229,11 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
         )),
     };
 
-    let internal = plan.as_ref().map(|p| &p.ports);
+    let served = match (&plan, addressing) {
+        (Some(plan), Addressing::InternalPorts { service, .. }) => Some(plan.served_ports(service)),
+        _ => None,
+    };
+    let internal = served.as_ref();
     let mut snapshot = translate::snapshot(&models, &routes, internal);
     l4_translate::add_listeners(&mut snapshot, &models, &l4_routes, internal);
     let (set_statuses, attached_sets) = listenerset::statuses(&sets, &models);

@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::address::AddressError;
 use super::conditions as cond;
+use super::dedicated::{self, DedicatedObjects, DedicatedSettings};
 use super::edge_slices;
 use super::gateway::GatewayModel;
 use super::ports::{self, PortError, PortRange, PortRequest};
@@ -26,6 +27,9 @@ pub struct Plan {
     problems: BTreeMap<ObjectKey, (&'static str, String)>,
     /// What each Gateway's spec.addresses ask for (GEP-5093).
     addresses: BTreeMap<ObjectKey, routability::Request>,
+    /// Gateways that ask for pods of their own: the Deployment serving them, or why
+    /// they are served by the shared edge pods after all.
+    dedicated: BTreeMap<ObjectKey, Result<String, String>>,
 }
 
 /// Allocates internal ports (precedence as `ordered`) and builds each Gateway's Service.
@@ -90,6 +94,7 @@ pub(super) fn plan(
     let edge = edge_slices::edge_endpoints(store, &settings.edge_service);
     let mut allocated = BTreeMap::new();
     let mut services = BTreeMap::new();
+    let mut dedicated_state = BTreeMap::new();
     for (key, result) in ports::allocate(range, &requests) {
         match result {
             Ok(map) => {
@@ -98,9 +103,32 @@ pub(super) fn plan(
                 if let (Some(gw), Some(wanted)) = (gw, addresses.get(&key)) {
                     let current = existing(store, &key).map(|(s, _)| s);
                     let service = desired(&key, gw, &map, &protos, wanted, current);
-                    let slices =
-                        edge_slices::desired(&key, &service, owner(&key, gw).as_ref(), &edge);
-                    services.insert(key.clone(), GatewayObjects { service, slices });
+                    let own = dedicated_objects(settings.dedicated.as_ref(), &key, gw);
+                    let slices = match &own {
+                        Some(Ok((pods_key, _))) => {
+                            let pods = edge_slices::edge_endpoints(store, pods_key);
+                            edge_slices::desired(&key, &service, owner(&key, gw).as_ref(), &pods)
+                        }
+                        _ => edge_slices::desired(&key, &service, owner(&key, gw).as_ref(), &edge),
+                    };
+                    let (state, dedicated) = match own {
+                        None => (None, None),
+                        Some(Ok((pods_key, objects))) => {
+                            (Some(Ok(pods_key.to_string())), Some(objects))
+                        }
+                        Some(Err(why)) => (Some(Err(why)), None),
+                    };
+                    if let Some(state) = state {
+                        dedicated_state.insert(key.clone(), state);
+                    }
+                    services.insert(
+                        key.clone(),
+                        GatewayObjects {
+                            service,
+                            slices,
+                            dedicated,
+                        },
+                    );
                 }
                 allocated.insert(key, map);
             }
@@ -123,10 +151,48 @@ pub(super) fn plan(
         services,
         problems,
         addresses,
+        dedicated: dedicated_state,
     }
 }
 
+/// A Gateway's own Deployment and pods Service (Phase 3), if it asks for them: with
+/// the key of the Service whose endpoints are its pods, or why it can't have them.
+fn dedicated_objects(
+    settings: Option<&DedicatedSettings>,
+    key: &ObjectKey,
+    gw: &Gateway,
+) -> Option<Result<(ObjectKey, DedicatedObjects), String>> {
+    let replicas = match dedicated::requested(gw)? {
+        Ok(n) => n,
+        Err(why) => return Some(Err(why)),
+    };
+    let Some(settings) = settings else {
+        return Some(Err(
+            "this edge has no pod template for dedicated Gateways (--dedicated-pod-template)"
+                .to_owned(),
+        ));
+    };
+    let objects = dedicated::objects(settings, key, gw, replicas);
+    Some(Ok((dedicated::pods_service_key(settings, key), objects)))
+}
+
 impl Plan {
+    /// The internal ports this process binds: every Gateway's, except those served by
+    /// pods of their own; on such a pod (`serve_only`), that one Gateway's.
+    pub(super) fn served_ports(
+        &self,
+        settings: &ServiceSettings,
+    ) -> BTreeMap<ObjectKey, BTreeMap<u16, u16>> {
+        self.ports
+            .iter()
+            .filter(|(key, _)| match &settings.serve_only {
+                Some(only) => *key == only,
+                None => !matches!(self.dedicated.get(*key), Some(Ok(_))),
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
     /// Kubernetes-mode Gateway status (GEP-5093): the addresses the Service provides
     /// for each requested scope, `AddressesAssigned`, and Programmed=False when the
     /// Gateway could not be placed or has no address at all. Returns the routability
@@ -155,6 +221,10 @@ impl Plan {
             (None, None) => (routability::Assigned::default(), None),
         };
         let placed_problem = self.problems.contains_key(&model.key);
+        if let Some(state) = self.dedicated.get(&model.key) {
+            let c = dedicated::condition(generation, state);
+            replace(status.conditions.get_or_insert_with(Vec::new), c);
+        }
         apply_assignment(generation, assigned, problem, placed_problem, status)
     }
 }
@@ -227,17 +297,35 @@ pub const MANAGED_BY: &str = "aether-edge";
 
 /// Where the edge pods are found: the edge's own Service, whose EndpointSlices the
 /// cluster keeps current. Gateway Services mirror its endpoints (see `edge_slices`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ServiceSettings {
     pub edge_service: ObjectKey,
+    /// Phase 3: what dedicated Gateways' pods look like; `None` turns the feature off.
+    pub dedicated: Option<DedicatedSettings>,
+    /// Set on a dedicated Gateway's own pods: serve this Gateway only.
+    pub serve_only: Option<ObjectKey>,
+}
+
+impl ServiceSettings {
+    /// Phase 2 as is: no dedicated Gateways, every Gateway served here.
+    pub fn shared(edge_service: ObjectKey) -> Self {
+        Self {
+            edge_service,
+            dedicated: None,
+            serve_only: None,
+        }
+    }
 }
 
 /// What the controller writes for one Gateway in Kubernetes mode.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GatewayObjects {
     pub service: Service,
-    /// The Service's endpoints: the edge pods, at the internal ports.
+    /// The Service's endpoints: the edge pods (or the Gateway's own), at the internal
+    /// ports.
     pub slices: Vec<EndpointSlice>,
+    /// Phase 3: the Gateway's own Deployment and the Service selecting its pods.
+    pub dedicated: Option<DedicatedObjects>,
 }
 
 /// The Service name for a Gateway: `<gateway>-aether`, shortened with a stable hash

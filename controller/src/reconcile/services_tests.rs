@@ -78,9 +78,7 @@ fn outcome(range: &str) -> crate::reconcile::Outcome {
     };
     let addressing = Addressing::InternalPorts {
         range: range.parse().unwrap_or_else(|e| panic!("{e}")),
-        service: ServiceSettings {
-            edge_service: ObjectKey::new("edge-system", "aether-edge"),
-        },
+        service: ServiceSettings::shared(ObjectKey::new("edge-system", "aether-edge")),
         bind: std::net::Ipv4Addr::UNSPECIFIED.into(),
     };
     reconcile_with(&Store::from_objects(parsed.objects), &settings, &addressing)
@@ -286,9 +284,7 @@ fn routability_scopes_services_conditions_and_status() {
     };
     let addressing = Addressing::InternalPorts {
         range: "20000-29999".parse().unwrap_or_else(|e| panic!("{e}")),
-        service: ServiceSettings {
-            edge_service: ObjectKey::new("edge-system", "aether-edge"),
-        },
+        service: ServiceSettings::shared(ObjectKey::new("edge-system", "aether-edge")),
         bind: std::net::Ipv4Addr::UNSPECIFIED.into(),
     };
     let out = reconcile_with(&Store::from_objects(parsed.objects), &settings, &addressing);

@@ -57,9 +57,7 @@ fn outcome() -> Outcome {
         address_pool: "127.0.1.0/24".parse().unwrap_or_else(|e| panic!("{e}")),
     };
     let addressing = Addressing::SharedService {
-        service: ServiceSettings {
-            edge_service: ObjectKey::new("edge-system", "aether-edge"),
-        },
+        service: ServiceSettings::shared(ObjectKey::new("edge-system", "aether-edge")),
         bind: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
     };
     reconcile_with(&Store::from_objects(parsed.objects), &settings, &addressing)
