@@ -33,6 +33,10 @@ pub async fn run(
     // A dedicated Gateway's own pod serves and writes nothing else, so it provisions
     // nothing either, even though it runs with the shared edge's flags.
     let dedicated = match (&args.dedicated_pod_template, &args.serve_gateway) {
+        (Some(_), None) if !args.per_gateway_addressing => {
+            tracing::warn!("--dedicated-pod-template is ignored without per-Gateway addressing");
+            None
+        }
         (Some(path), None) => Some(DedicatedSettings {
             namespace: args.edge_service.namespace.clone(),
             template: load_template(path).await?,

@@ -94,13 +94,28 @@ fn args_are_accepted(cluster: &Cluster, yaml: &str) -> Result<(), BoxError> {
         .find(|d| d.contains("kind: Deployment"))
         .ok_or("no Deployment rendered")?;
     let value: serde_json::Value = serde_saphyr::from_str(deployment)?;
+    // The dedicated pod template is read at start: give it the rendered ConfigMap's
+    // copy, as the pod's volume would.
+    let template = yaml
+        .split("\n---")
+        .find(|d| d.contains("kind: ConfigMap") && d.contains("pod-template.yaml"))
+        .map(serde_saphyr::from_str::<serde_json::Value>)
+        .transpose()?
+        .and_then(|cm| cm["data"]["pod-template.yaml"].as_str().map(str::to_owned));
+    let template_path = cluster.dir.path().join("rendered-pod-template.yaml");
+    if let Some(t) = &template {
+        std::fs::write(&template_path, t)?;
+    }
     let args: Vec<String> = value["spec"]["template"]["spec"]["containers"][0]["args"]
         .as_array()
         .ok_or("the Deployment has no args")?
         .iter()
         .filter_map(|a| a.as_str())
         .filter(|a| !a.starts_with("--admin="))
-        .map(str::to_owned)
+        .map(|a| match a.strip_prefix("--dedicated-pod-template=") {
+            Some(_) => format!("--dedicated-pod-template={}", template_path.display()),
+            None => a.to_owned(),
+        })
         .collect();
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
@@ -145,7 +160,9 @@ async fn chart_applies_to_a_real_apiserver() -> Result<(), BoxError> {
 
     let default = render(None)?;
     let n = apply_all(&client, &default, false).await?;
-    assert!(n >= 7, "only {n} objects in the default rendering");
+    assert!(n >= 8, "only {n} objects in the default rendering");
+    // Also reads the dedicated Gateways' pod template the chart rendered.
+    args_are_accepted(&cluster, &default)?;
     // What the server stored runs the edge against its own Service, with a grace
     // period that covers the drain.
     let deploy = Api::<Deployment>::namespaced(client.clone(), "aether-system")

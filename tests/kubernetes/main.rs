@@ -6,6 +6,7 @@
 mod backend_tls;
 mod chart;
 mod cluster;
+mod dedicated;
 mod l4;
 mod listenerset;
 mod replicas;

@@ -27,3 +27,153 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- else -}}{{ fail (printf "durations must end in ms, s or m: %q" $d) }}
 {{- end -}}
 {{- end -}}
+
+{{/* Dedicated Gateways need per-Gateway addressing: their Service is what moves to their own pods. */}}
+{{- define "aether-edge.dedicated" -}}
+{{- if and .Values.dedicated.enabled .Values.perGatewayAddressing -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The edge pod, used by the edge Deployment and, through the -dedicated ConfigMap, as
+the template of dedicated Gateways' Deployments (the controller relabels it and adds
+--serve-gateway), so both kinds of pods run the same way.
+*/}}
+{{- define "aether-edge.podTemplate" -}}
+metadata:
+  labels:
+    {{- include "aether-edge.selectorLabels" . | nindent 4 }}
+    {{- with .Values.podLabels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  annotations:
+    prometheus.io/scrape: "true"
+    prometheus.io/port: {{ .Values.adminPort | quote }}
+    prometheus.io/path: /metrics
+    {{- with .Values.podAnnotations }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+spec:
+  serviceAccountName: {{ include "aether-edge.fullname" . }}
+  automountServiceAccountToken: true
+  # The drain runs inside the process (readiness fails for drainDelay, then
+  # in-flight requests get drainTimeout); the kubelet must not kill it sooner.
+  terminationGracePeriodSeconds: {{ add (include "aether-edge.seconds" .Values.drainDelay | int) (include "aether-edge.seconds" .Values.drainTimeout | int) 5 }}
+  securityContext:
+    runAsNonRoot: true
+    runAsUser: 65532
+    runAsGroup: 65532
+    seccompProfile:
+      type: RuntimeDefault
+  containers:
+    - name: edge
+      image: "{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}"
+      imagePullPolicy: {{ .Values.image.pullPolicy }}
+      args:
+        - run
+        - --kubernetes
+        - --controller-name={{ .Values.gatewayClass.controllerName }}
+        - --internal-port-range={{ .Values.internalPortRange }}
+        {{- if not .Values.perGatewayAddressing }}
+        - --per-gateway-addressing=false
+        {{- end }}
+        - --edge-service={{ .Release.Namespace }}/{{ include "aether-edge.fullname" . }}
+        - --admin=0.0.0.0:{{ .Values.adminPort }}
+        - --drain-delay={{ .Values.drainDelay }}
+        - --drain-timeout={{ .Values.drainTimeout }}
+        {{- if .Values.mesh.enabled }}
+        - --mesh
+        - --mesh-port={{ .Values.mesh.inboundPort }}
+        - --spiffe-socket=unix:///run/spire/agent-sockets/{{ .Values.mesh.spireSocketName }}
+        {{- end }}
+        {{- if include "aether-edge.dedicated" . }}
+        - --dedicated-pod-template=/etc/aether-edge/dedicated/pod-template.yaml
+        {{- end }}
+        {{- range .Values.extraArgs }}
+        - {{ . | quote }}
+        {{- end }}
+      env:
+        - name: RUST_LOG
+          value: {{ .Values.logLevel | quote }}
+        # The replica's name in the writer Lease.
+        - name: POD_NAME
+          valueFrom:
+            fieldRef:
+              fieldPath: metadata.name
+      ports:
+        - name: admin
+          containerPort: {{ .Values.adminPort }}
+          protocol: TCP
+      readinessProbe:
+        httpGet:
+          path: /readyz
+          port: admin
+        periodSeconds: 2
+        failureThreshold: 1
+      livenessProbe:
+        httpGet:
+          path: /livez
+          port: admin
+        periodSeconds: 10
+        failureThreshold: 3
+      resources:
+        {{- toYaml .Values.resources | nindent 8 }}
+      {{- if or .Values.mesh.enabled (include "aether-edge.dedicated" .) }}
+      volumeMounts:
+        {{- if .Values.mesh.enabled }}
+        - name: spire-agent-socket
+          mountPath: /run/spire/agent-sockets
+          readOnly: true
+        {{- end }}
+        {{- if include "aether-edge.dedicated" . }}
+        - name: dedicated-pod-template
+          mountPath: /etc/aether-edge/dedicated
+          readOnly: true
+        {{- end }}
+      {{- end }}
+      securityContext:
+        allowPrivilegeEscalation: false
+        readOnlyRootFilesystem: true
+        capabilities:
+          drop: ["ALL"]
+  {{- if or .Values.mesh.enabled (include "aether-edge.dedicated" .) }}
+  volumes:
+    {{- if .Values.mesh.enabled }}
+    - name: spire-agent-socket
+      hostPath:
+        path: {{ .Values.mesh.spireSocketDir }}
+        type: Directory
+    {{- end }}
+    {{- if include "aether-edge.dedicated" . }}
+    - name: dedicated-pod-template
+      configMap:
+        name: {{ include "aether-edge.fullname" . }}-dedicated
+    {{- end }}
+  {{- end }}
+  {{- if .Values.topologySpread.enabled }}
+  topologySpreadConstraints:
+    - maxSkew: {{ .Values.topologySpread.maxSkew }}
+      topologyKey: kubernetes.io/hostname
+      whenUnsatisfiable: ScheduleAnyway
+      labelSelector:
+        matchLabels:
+          {{- include "aether-edge.selectorLabels" . | nindent 10 }}
+    - maxSkew: {{ .Values.topologySpread.maxSkew }}
+      topologyKey: topology.kubernetes.io/zone
+      whenUnsatisfiable: ScheduleAnyway
+      labelSelector:
+        matchLabels:
+          {{- include "aether-edge.selectorLabels" . | nindent 10 }}
+  {{- end }}
+  {{- with .Values.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.affinity }}
+  affinity:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end -}}

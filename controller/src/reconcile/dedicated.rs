@@ -181,6 +181,13 @@ pub fn objects(
                 .get_or_insert_with(Vec::new)
                 .push(format!("--serve-gateway={key}"));
         }
+        // Spread these pods among themselves, not relative to the shared edge's.
+        for t in spec.topology_spread_constraints.iter_mut().flatten() {
+            t.label_selector = Some(LabelSelector {
+                match_labels: Some(selector.clone()),
+                match_expressions: None,
+            });
+        }
     }
     let admin_port = settings
         .template

@@ -1,0 +1,246 @@
+//! Phase 3 against the real API server: an annotated Gateway gets a Deployment and a
+//! pods Service of its own; running exactly what that Deployment says serves that
+//! Gateway alone, the shared edge stops serving it, and its Service's endpoints follow
+//! its own pods. Dropping the annotation hands it back to the shared edge.
+
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use crate::cluster::{BoxError, Cluster};
+use crate::{
+    Proc, RANGE, apply, class_and_namespaces, edge_pods, edge_with, eventually, free_port,
+    gateway_slice, get, service_ports,
+};
+
+/// Loopback addresses of their own, so no other test's edge holds these ports.
+const SHARED: [u8; 4] = [127, 0, 0, 61];
+const DEDICATED: [u8; 4] = [127, 0, 0, 62];
+
+async fn gateway(client: &Client, ns: &str, name: &str, annotations: Value) {
+    apply(
+        &Api::<Gateway>::namespaced(client.clone(), ns),
+        name,
+        json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": name, "namespace": ns, "annotations": annotations},
+        "spec": {"gatewayClassName": "aether",
+                 "infrastructure": {"labels": {"team": "blue"}},
+                 "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+    )
+    .await;
+    apply(
+        &Api::<HttpRoute>::namespaced(client.clone(), ns),
+        name,
+        json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"parentRefs": [{"name": name}],
+                 "rules": [{"filters": [{"type": "RequestRedirect",
+                     "requestRedirect": {"hostname": format!("{name}.example.com"), "statusCode": 302}}]}]}}),
+    )
+    .await;
+}
+
+/// Which Gateway answered on `addr`: the redirect target, or None if nothing listens.
+async fn served_by(addr: SocketAddr) -> Option<String> {
+    let answer = get(addr, "any.example.com").await.ok()?;
+    answer
+        .to_ascii_lowercase()
+        .lines()
+        .find_map(|l| l.strip_prefix("location: http://").map(str::to_owned))
+        .and_then(|l| l.split('.').next().map(str::to_owned))
+}
+
+fn dedicated_condition(gw: &Gateway) -> Option<(String, String)> {
+    gw.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "aether.io/Dedicated")
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dedicated_gateway_is_served_by_its_own_deployment() -> Result<(), BoxError> {
+    let Some(cluster) = Cluster::start().await? else {
+        return Ok(());
+    };
+    let client = cluster.client().await?;
+    class_and_namespaces(&client, &["one", "two"]).await;
+    edge_pods(&client, &[("edge-0", "10.1.0.10", true)]).await;
+
+    // The pod template the chart would render: here, the flags a dedicated pod needs
+    // to run on this machine. The test later runs exactly what the Deployment says.
+    let admin = free_port();
+    let template = format!(
+        "metadata:\n  labels: {{app.kubernetes.io/name: aether-edge}}\nspec:\n  serviceAccountName: aether-edge\n  containers:\n  - name: edge\n    image: example.com/aether-edge:test\n    args: [run, --kubernetes, --admin, '127.0.0.1:{admin}', --internal-port-range, '{RANGE}', --listen-address, '127.0.0.62', --drain-timeout, 1s]\n    ports: [{{name: admin, containerPort: {admin}}}]\n"
+    );
+    let template_path = cluster.dir.path().join("pod-template.yaml");
+    std::fs::write(&template_path, template)?;
+    let template_arg = template_path.display().to_string();
+    let _shared = edge_with(
+        &cluster,
+        "127.0.0.61",
+        "shared",
+        &["--dedicated-pod-template", &template_arg],
+    );
+    gateway(&client, "one", "plain", json!({})).await;
+    gateway(
+        &client,
+        "two",
+        "own",
+        json!({"aether.io/dedicated": "true"}),
+    )
+    .await;
+
+    // The Deployment and pods Service, in the edge's namespace.
+    let deployments = Api::<Deployment>::namespaced(client.clone(), "aether-system");
+    let deployment = eventually("the dedicated Deployment", || async {
+        deployments.get_opt("aether-two-own").await.ok().flatten()
+    })
+    .await;
+    let labels = deployment.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get("team").map(String::as_str), Some("blue"));
+    let spec = deployment.spec.clone().unwrap_or_default();
+    assert_eq!(spec.replicas, Some(2));
+    let pod = spec.template.spec.clone().unwrap_or_default();
+    let container = &pod.containers[0];
+    assert_eq!(
+        container.image.as_deref(),
+        Some("example.com/aether-edge:test")
+    );
+    let args = container.args.clone().unwrap_or_default();
+    assert_eq!(
+        args.last().map(String::as_str),
+        Some("--serve-gateway=two/own")
+    );
+    let pods_service = eventually("the pods Service", || async {
+        Api::<Service>::namespaced(client.clone(), "aether-system")
+            .get_opt("aether-two-own")
+            .await
+            .ok()
+            .flatten()
+    })
+    .await;
+    let selector = pods_service
+        .spec
+        .and_then(|s| s.selector)
+        .unwrap_or_default();
+    assert_eq!(
+        Some(&selector),
+        spec.template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.as_ref())
+            .map(|l| {
+                l.iter()
+                    .filter(|(k, _)| selector.contains_key(*k))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .as_ref(),
+        "the pods Service selects the Deployment's pods"
+    );
+    let gateways = Api::<Gateway>::namespaced(client.clone(), "two");
+    eventually("aether.io/Dedicated=True", || async {
+        let gw = gateways.get("own").await.ok()?;
+        (dedicated_condition(&gw)? == ("True".into(), "Provisioned".into())).then_some(())
+    })
+    .await;
+
+    // Play the cluster's EndpointSlice controller for the pods Service: the Gateway's
+    // Service then names those pods, the other Gateway's still the shared edge.
+    apply(
+        &Api::<EndpointSlice>::namespaced(client.clone(), "aether-system"),
+        "aether-two-own-abcde",
+        json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "aether-two-own-abcde", "namespace": "aether-system",
+                     "labels": {"kubernetes.io/service-name": "aether-two-own",
+                                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["10.1.0.20"], "conditions": {"ready": true}}],
+        "ports": [{"name": "admin", "port": admin, "protocol": "TCP"}]}),
+    )
+    .await;
+    eventually("own's Service names its own pod", || async {
+        let (eps, _) = gateway_slice(&client, "two", "own").await?;
+        (eps == vec![("10.1.0.20".to_owned(), true)]).then_some(())
+    })
+    .await;
+    let (plain_eps, _) = gateway_slice(&client, "one", "plain")
+        .await
+        .unwrap_or_default();
+    assert_eq!(plain_eps, vec![("10.1.0.10".to_owned(), true)]);
+
+    // Run what the Deployment says.
+    let log = std::fs::File::create(cluster.dir.path().join("edge-dedicated.log"))?;
+    let _dedicated = Proc(
+        Command::new(env!("CARGO_BIN_EXE_aether-edge"))
+            .args(&args)
+            .env("KUBECONFIG", &cluster.kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?,
+    );
+    let own_port = u16::try_from(service_ports(&client, "two", "own").await.1[0].1)?;
+    let plain_port = u16::try_from(service_ports(&client, "one", "plain").await.1[0].1)?;
+    let at = |ip: [u8; 4], port: u16| SocketAddr::from((ip, port));
+    eventually("the dedicated pod serves its Gateway", || async {
+        (served_by(at(DEDICATED, own_port)).await.as_deref() == Some("own")).then_some(())
+    })
+    .await;
+    assert_eq!(
+        served_by(at(SHARED, plain_port)).await.as_deref(),
+        Some("plain")
+    );
+    assert_eq!(
+        served_by(at(SHARED, own_port)).await,
+        None,
+        "the shared edge must not serve a dedicated Gateway"
+    );
+    assert_eq!(
+        served_by(at(DEDICATED, plain_port)).await,
+        None,
+        "a dedicated pod serves its Gateway only"
+    );
+
+    // Without the annotation the shared edge takes the Gateway back, at the same port,
+    // and the Deployment and pods Service are deleted.
+    gateway(&client, "two", "own", json!({})).await;
+    eventually("the shared edge serves own again", || async {
+        (served_by(at(SHARED, own_port)).await.as_deref() == Some("own")).then_some(())
+    })
+    .await;
+    eventually("the Deployment deleted", || async {
+        deployments
+            .get_opt("aether-two-own")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    eventually("own's Service names the shared edge again", || async {
+        let (eps, _) = gateway_slice(&client, "two", "own").await?;
+        (eps == vec![("10.1.0.10".to_owned(), true)]).then_some(())
+    })
+    .await;
+    let svc = Api::<Service>::namespaced(client.clone(), "aether-system")
+        .get_opt("aether-two-own")
+        .await?;
+    assert!(svc.is_none(), "the pods Service is deleted too");
+    let gw = gateways.get("own").await?;
+    assert_eq!(dedicated_condition(&gw), None);
+    Ok(())
+}
