@@ -174,6 +174,29 @@ done
 echo "failed requests during the rollout: $failures"
 (( failures == 0 )) || fail "$failures requests failed during a rolling restart"
 
+log "dedicated Gateway (Phase 3): team-b gets pods of its own"
+kubectl -n team-b annotate gateway edge aether.io/dedicated=true aether.io/dedicated-replicas=1 --overwrite
+for _ in $(seq 1 60); do
+  kubectl -n aether-system get deployment aether-team-b-edge >/dev/null 2>&1 && break
+  sleep 1
+done
+kubectl -n aether-system wait --for=condition=Available deployment/aether-team-b-edge --timeout=120s
+kubectl -n team-b wait gateway/edge --timeout=60s \
+  --for=jsonpath='{.status.conditions[?(@.type=="aether.io/Dedicated")].status}'=True
+pod_ips="$(kubectl -n aether-system get pods -l aether.io/dedicated=aether-team-b-edge -o jsonpath='{.items[*].status.podIP}')"
+slice_ips=""
+for _ in $(seq 1 30); do
+  slice_ips="$(kubectl -n team-b get endpointslice edge-aether -o jsonpath='{.endpoints[*].addresses[0]}')"
+  [[ "$slice_ips" == "$pod_ips" ]] && break
+  sleep 1
+done
+[[ "$slice_ips" == "$pod_ips" ]] || fail "team-b's Service names $slice_ips, not its own pods $pod_ips"
+expect "$ip_b" team-b.example.com 200 team-b
+expect "$ip_a" team-a.example.com 200 team-a
+kubectl -n team-b annotate gateway edge aether.io/dedicated- aether.io/dedicated-replicas-
+kubectl -n aether-system wait --for=delete deployment/aether-team-b-edge --timeout=60s
+expect "$ip_b" team-b.example.com 200 team-b
+
 if [[ "$conformance" == 1 ]]; then
   log "Gateway API conformance $gateway_api_version"
   src="$(mktemp -d)"
