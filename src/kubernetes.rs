@@ -128,6 +128,7 @@ pub async fn run(
                 .context("reconcile task failed")?;
                 last_reconcile = Some(tokio::time::Instant::now());
                 let services = Arc::new(outcome.services.clone());
+                shared.set_endpoint_interest(outcome.endpoint_interest.clone());
                 publisher.outcome(outcome, Vec::new());
                 status_tx.send_replace(Arc::new(publisher.statuses().clone()));
                 service_tx.send_replace(services);

@@ -5,6 +5,7 @@
 
 mod backend_tls;
 mod chart;
+mod churn;
 mod cluster;
 mod dedicated;
 mod l4;
@@ -59,6 +60,11 @@ fn edge(cluster: &Cluster, listen: &str, label: &str) -> Proc {
 
 /// Like `edge`, with extra command-line flags.
 fn edge_with(cluster: &Cluster, listen: &str, label: &str, extra: &[&str]) -> Proc {
+    edge_at(cluster, listen, label, free_port(), extra)
+}
+
+/// Like `edge_with`, with the admin server on 127.0.0.1:`admin`.
+fn edge_at(cluster: &Cluster, listen: &str, label: &str, admin: u16, extra: &[&str]) -> Proc {
     let log = std::fs::File::create(cluster.dir.path().join(format!("edge-{label}.log"))).unwrap();
     Proc(
         Command::new(env!("CARGO_BIN_EXE_aether-edge"))
@@ -66,7 +72,7 @@ fn edge_with(cluster: &Cluster, listen: &str, label: &str, extra: &[&str]) -> Pr
                 "run",
                 "--kubernetes",
                 "--admin",
-                &format!("127.0.0.1:{}", free_port()),
+                &format!("127.0.0.1:{admin}"),
                 "--internal-port-range",
                 RANGE,
                 "--listen-address",

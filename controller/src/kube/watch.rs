@@ -3,6 +3,7 @@
 //! objects wholesale, so deletions missed while disconnected are not kept.
 
 use std::borrow::Cow;
+use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -23,6 +24,7 @@ use kube::core::NamespaceResourceScope;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client, Resource};
+use metrics::counter;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use tokio::sync::Notify;
@@ -42,6 +44,15 @@ pub struct Shared {
     pub changed: Notify,
     /// Watches that have not finished their first list yet.
     pending: AtomicUsize,
+    /// Which Services' EndpointSlices the last outcome depends on (None before the
+    /// first), and the Services whose slice events were stored without a signal.
+    endpoints: Mutex<EndpointInterest>,
+}
+
+#[derive(Default)]
+struct EndpointInterest {
+    services: Option<BTreeSet<ObjectKey>>,
+    skipped: BTreeSet<ObjectKey>,
 }
 
 impl Shared {
@@ -63,6 +74,47 @@ impl Shared {
         self.changed.notify_one();
     }
 
+    /// Stores a change to an EndpointSlice of `service`, signalling it only if the
+    /// last outcome depended on that Service. Most of a cluster's endpoint churn is
+    /// for Services no route names; reconciling for it would rebuild everything to
+    /// change nothing.
+    fn update_endpoints(&self, service: Option<ObjectKey>, f: impl FnOnce(&mut Store)) {
+        f(&mut self.store.lock().unwrap_or_else(PoisonError::into_inner));
+        let mut interest = self
+            .endpoints
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let wanted = match (&interest.services, &service) {
+            (Some(set), Some(svc)) => set.contains(svc),
+            _ => true,
+        };
+        if wanted {
+            drop(interest);
+            self.changed.notify_one();
+        } else if let Some(svc) = service {
+            interest.skipped.insert(svc);
+            counter!("aether_endpoint_events_ignored_total").increment(1);
+        }
+    }
+
+    /// Records what the outcome just published depends on. A slice event skipped
+    /// while that reconcile ran may belong to a Service it has just started to depend
+    /// on (a route added meanwhile): then another reconcile is signalled.
+    pub fn set_endpoint_interest(&self, services: BTreeSet<ObjectKey>) {
+        let mut interest = self
+            .endpoints
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let before = interest.skipped.len();
+        interest.skipped.retain(|s| !services.contains(s));
+        let missed = interest.skipped.len() != before;
+        interest.services = Some(services);
+        drop(interest);
+        if missed {
+            self.changed.notify_one();
+        }
+    }
+
     /// Has every watch listed its kind once? Before that the Store is partial, and a
     /// reconcile of it could delete Services of Gateways not seen yet.
     pub fn is_synced(&self) -> bool {
@@ -75,6 +127,11 @@ trait Kind: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send
     fn object(self) -> Object;
     fn clear(store: &mut Store);
     fn remove(store: &mut Store, meta: &ObjectMeta);
+    /// For an EndpointSlice, its Service: its events signal a reconcile only when
+    /// the last outcome depends on that Service.
+    fn endpoints_of(&self) -> Option<Option<ObjectKey>> {
+        None
+    }
 }
 
 macro_rules! namespaced {
@@ -247,7 +304,26 @@ impl Kind for GrpcRoute {
 namespaced!(ReferenceGrant, ReferenceGrant, reference_grants);
 namespaced!(ListenerSet, ListenerSet, listener_sets);
 namespaced!(Service, Service, services);
-namespaced!(EndpointSlice, EndpointSlice, endpoint_slices);
+
+impl Kind for EndpointSlice {
+    fn object(self) -> Object {
+        Object::EndpointSlice(Box::new(self))
+    }
+    fn clear(store: &mut Store) {
+        store.endpoint_slices.clear();
+    }
+    fn remove(store: &mut Store, meta: &ObjectMeta) {
+        store.endpoint_slices.remove(&ObjectKey::of(meta));
+    }
+    fn endpoints_of(&self) -> Option<Option<ObjectKey>> {
+        let service = self
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(crate::reconcile::edge_slices::LABEL_SERVICE_NAME));
+        Some(service.map(|name| ObjectKey::new(ObjectKey::of(&self.metadata).namespace, name)))
+    }
+}
 namespaced!(Secret, Secret, secrets);
 namespaced!(ConfigMap, ConfigMap, config_maps);
 namespaced!(Pod, Pod, pods);
@@ -380,8 +456,16 @@ fn start<K: Kind>(api: Api<K>, config: watcher::Config, shared: &Arc<Shared>) {
         let mut first = true;
         while let Some(event) = stream.next().await {
             match event {
-                Ok(Event::Apply(o)) => shared.update(|s| s.apply(o.object())),
-                Ok(Event::Delete(o)) => shared.update(|s| K::remove(s, o.meta())),
+                Ok(Event::Apply(o)) => match o.endpoints_of() {
+                    Some(service) => shared.update_endpoints(service, |s| s.apply(o.object())),
+                    None => shared.update(|s| s.apply(o.object())),
+                },
+                Ok(Event::Delete(o)) => match o.endpoints_of() {
+                    Some(service) => {
+                        shared.update_endpoints(service, |s| K::remove(s, o.meta()));
+                    }
+                    None => shared.update(|s| K::remove(s, o.meta())),
+                },
                 Ok(Event::Init) => relist.clear(),
                 Ok(Event::InitApply(o)) => relist.push(o),
                 Ok(Event::InitDone) => {
@@ -417,4 +501,42 @@ fn start<K: Kind>(api: Api<K>, config: watcher::Config, shared: &Arc<Shared>) {
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    async fn signalled(shared: &Shared) -> bool {
+        tokio::time::timeout(Duration::from_millis(20), shared.changed.notified())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn slice_events_signal_only_for_services_the_outcome_depends_on() {
+        let shared = Shared::default();
+        let (a, b) = (ObjectKey::new("ns", "a"), ObjectKey::new("ns", "b"));
+        // Before the first outcome everything counts.
+        shared.update_endpoints(Some(b.clone()), |_| {});
+        assert!(signalled(&shared).await);
+
+        shared.set_endpoint_interest(BTreeSet::from([a.clone()]));
+        assert!(!signalled(&shared).await);
+        shared.update_endpoints(Some(b.clone()), |_| {});
+        assert!(!signalled(&shared).await, "b is not depended on");
+        shared.update_endpoints(Some(a.clone()), |_| {});
+        assert!(signalled(&shared).await);
+        // A slice without a Service label can't be told apart: it counts.
+        shared.update_endpoints(None, |_| {});
+        assert!(signalled(&shared).await);
+
+        // The next outcome depends on b, whose event was skipped: reconcile again.
+        shared.set_endpoint_interest(BTreeSet::from([a.clone(), b.clone()]));
+        assert!(signalled(&shared).await);
+        shared.set_endpoint_interest(BTreeSet::from([a, b]));
+        assert!(!signalled(&shared).await, "nothing skipped any more");
+    }
 }

@@ -1,6 +1,6 @@
 //! backendRef resolution: Service -> port -> EndpointSlices -> ready endpoints.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -29,6 +29,9 @@ pub struct BackendResolver<'s> {
     slices: HashMap<ObjectKey, Vec<&'s EndpointSlice>>,
     cache: BTreeMap<(ObjectKey, i32, UpstreamProtocol, Alpn), Arc<Backend>>,
     policies: PolicyIndex,
+    /// Every Service a backendRef named, resolvable or not: their EndpointSlices are
+    /// what this reconcile depends on (see `Outcome::endpoint_interest`).
+    referenced: BTreeSet<ObjectKey>,
 }
 
 /// The fields of a backendRef, whatever route kind it came from.
@@ -61,7 +64,13 @@ impl<'s> BackendResolver<'s> {
             slices,
             cache: BTreeMap::new(),
             policies: PolicyIndex::new(store),
+            referenced: BTreeSet::new(),
         }
+    }
+
+    /// The Services backendRefs named so far.
+    pub fn referenced(&self) -> &BTreeSet<ObjectKey> {
+        &self.referenced
     }
 
     /// The BackendTLSPolicies as this reconcile weighed them (for their status).
@@ -86,6 +95,7 @@ impl<'s> BackendResolver<'s> {
             });
         }
         let namespace = r.namespace.unwrap_or(route_namespace);
+        self.referenced.insert(ObjectKey::new(namespace, r.name));
         if namespace != route_namespace
             && !self.store.reference_granted(
                 from_kind,

@@ -77,6 +77,11 @@ pub struct Outcome {
     /// The Service and EndpointSlices each Gateway should have (Kubernetes mode;
     /// empty otherwise).
     pub services: BTreeMap<ObjectKey, services::GatewayObjects>,
+    /// The Services whose EndpointSlices this outcome depends on: those backendRefs
+    /// name, the edge's own, dedicated Gateways' pods Services, and the Gateway
+    /// Services whose slices we write. A slice of any other Service can change without
+    /// changing the outcome, so the Kubernetes source doesn't reconcile for it.
+    pub endpoint_interest: BTreeSet<ObjectKey>,
 }
 
 /// Standalone reconcile: addresses from `settings.address_pool`.
@@ -271,10 +276,28 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
             },
         );
     }
+    let mut endpoint_interest = resolver.referenced().clone();
+    match addressing {
+        Addressing::InternalPorts { service, .. } | Addressing::SharedService { service, .. } => {
+            endpoint_interest.insert(service.edge_service.clone());
+        }
+        Addressing::LocalPool(_) => {}
+    }
+    let services = plan.map(|p| p.services).unwrap_or_default();
+    for objects in services.values() {
+        let owned = std::iter::once(&objects.service.metadata)
+            .chain(objects.dedicated.iter().map(|d| &d.pods.metadata));
+        for meta in owned {
+            if let (Some(ns), Some(name)) = (&meta.namespace, &meta.name) {
+                endpoint_interest.insert(ObjectKey::new(ns, name));
+            }
+        }
+    }
     Outcome {
         snapshot,
         statuses,
-        services: plan.map(|p| p.services).unwrap_or_default(),
+        services,
+        endpoint_interest,
     }
 }
 

@@ -1,0 +1,155 @@
+//! Endpoint churn for Services no route names does not reconcile: the edge stores the
+//! slices and counts them as ignored, its configuration generation stays put; a slice
+//! of a Service a route names is reconciled and served at once.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::cluster::{BoxError, Cluster};
+use crate::{apply, class_and_namespaces, edge_at, edge_pods, eventually, free_port};
+
+async fn admin_get(admin: SocketAddr, path: &str) -> Option<String> {
+    let mut s = tokio::net::TcpStream::connect(admin).await.ok()?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    Some(out.split_once("\r\n\r\n")?.1.to_owned())
+}
+
+/// The sum of a counter's series in the edge's /metrics.
+async fn counter(admin: SocketAddr, name: &str) -> Option<f64> {
+    let text = admin_get(admin, "/metrics").await?;
+    Some(
+        text.lines()
+            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum(),
+    )
+}
+
+async fn slice(client: &Client, service: &str, ip: &str) {
+    let name = format!("{service}-abcde");
+    apply(
+        &Api::<EndpointSlice>::namespaced(client.clone(), "churn"),
+        &name,
+        json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": name, "namespace": "churn",
+                     "labels": {"kubernetes.io/service-name": service,
+                                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}],
+        "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]}),
+    )
+    .await;
+}
+
+/// Reconciles until the count of config reloads has not moved for a while: our own
+/// writes (Service, slices, status) come back as watch events and reconcile too.
+async fn quiet_reloads(admin: SocketAddr) -> f64 {
+    let mut last = -1.0;
+    let mut since = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = counter(admin, "aether_config_reloads_total")
+            .await
+            .unwrap_or(-1.0);
+        if now != last {
+            (last, since) = (now, Instant::now());
+        } else if since.elapsed() > Duration::from_millis(1500) {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "reloads never settled");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn churn_of_unrelated_endpoints_does_not_reconcile() -> Result<(), BoxError> {
+    let Some(cluster) = Cluster::start().await? else {
+        return Ok(());
+    };
+    let client = cluster.client().await?;
+    class_and_namespaces(&client, &["churn"]).await;
+    edge_pods(&client, &[("edge-0", "10.1.0.10", true)]).await;
+    for svc in ["echo", "unrelated"] {
+        apply(
+            &Api::<Service>::namespaced(client.clone(), "churn"),
+            svc,
+            json!({"apiVersion": "v1", "kind": "Service",
+                   "metadata": {"name": svc, "namespace": "churn"},
+                   "spec": {"ports": [{"name": "http", "port": 8080}]}}),
+        )
+        .await;
+    }
+    apply(
+        &Api::<Gateway>::namespaced(client.clone(), "churn"),
+        "gw",
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": "gw", "namespace": "churn"},
+               "spec": {"gatewayClassName": "aether",
+                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+    )
+    .await;
+    apply(
+        &Api::<HttpRoute>::namespaced(client.clone(), "churn"),
+        "echo",
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+               "metadata": {"name": "echo", "namespace": "churn"},
+               "spec": {"parentRefs": [{"name": "gw"}],
+                        "rules": [{"backendRefs": [{"name": "echo", "port": 8080}]}]}}),
+    )
+    .await;
+    let port = free_port();
+    let admin = SocketAddr::from(([127, 0, 0, 1], port));
+    let _edge = edge_at(&cluster, "127.0.0.63", "churn", port, &[]);
+    let routes = Api::<HttpRoute>::namespaced(client.clone(), "churn");
+    eventually("the route's status", || async {
+        let r = routes.get("echo").await.ok()?;
+        (!r.status?.parents.is_empty()).then_some(())
+    })
+    .await;
+
+    let reloads = quiet_reloads(admin).await;
+    let ignored = counter(admin, "aether_endpoint_events_ignored_total")
+        .await
+        .unwrap_or(0.0);
+    for i in 0..20 {
+        slice(&client, "unrelated", &format!("10.2.0.{}", i + 1)).await;
+    }
+    eventually("20 ignored endpoint events", || async {
+        let now = counter(admin, "aether_endpoint_events_ignored_total").await?;
+        (now - ignored >= 20.0).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        counter(admin, "aether_config_reloads_total").await,
+        Some(reloads),
+        "a slice of a Service no route names reconciled"
+    );
+
+    // The route's own Service: reconciled, and its endpoint is in the served config.
+    slice(&client, "echo", "10.2.1.1").await;
+    eventually("the new endpoint in /config_dump", || async {
+        admin_get(admin, "/config_dump")
+            .await?
+            .contains("10.2.1.1:8080")
+            .then_some(())
+    })
+    .await;
+    assert!(counter(admin, "aether_config_reloads_total").await > Some(reloads));
+    Ok(())
+}
