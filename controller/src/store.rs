@@ -10,7 +10,6 @@ use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use gateway_api::listenersets::ListenerSet;
 use gateway_api::referencegrants::ReferenceGrant;
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodSpec, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -78,9 +77,25 @@ pub enum Object {
     /// pod's workload identity.
     Pod(Box<Pod>),
     BackendTlsPolicy(Box<BackendTlsPolicy>),
-    /// Kept as metadata only: the controller needs to know which dedicated Gateway
-    /// Deployments exist (to delete those no longer wanted), not their specs.
-    Deployment(Box<Deployment>),
+    /// An object the controller makes for dedicated Gateways, kept as metadata only:
+    /// it needs to know which exist (to delete those no longer wanted), not their specs.
+    Owned(OwnedKind, Box<ObjectMeta>),
+}
+
+/// Kinds of [`Object::Owned`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OwnedKind {
+    Deployment,
+    PodDisruptionBudget,
+}
+
+impl OwnedKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OwnedKind::Deployment => "Deployment",
+            OwnedKind::PodDisruptionBudget => "PodDisruptionBudget",
+        }
+    }
 }
 
 impl Object {
@@ -100,7 +115,7 @@ impl Object {
             Object::L4Route(o) => &o.metadata,
             Object::Pod(o) => &o.metadata,
             Object::BackendTlsPolicy(o) => &o.metadata,
-            Object::Deployment(o) => &o.metadata,
+            Object::Owned(_, meta) => meta,
         }
     }
 
@@ -120,7 +135,7 @@ impl Object {
             Object::L4Route(o) => o.kind.as_str(),
             Object::Pod(_) => "Pod",
             Object::BackendTlsPolicy(_) => "BackendTLSPolicy",
-            Object::Deployment(_) => "Deployment",
+            Object::Owned(kind, _) => kind.as_str(),
         }
     }
 }
@@ -149,8 +164,9 @@ pub struct Store {
     pub l4_routes: BTreeMap<(L4Kind, ObjectKey), L4Route>,
     pub pods: BTreeMap<ObjectKey, Pod>,
     pub backend_tls_policies: BTreeMap<ObjectKey, BackendTlsPolicy>,
-    /// Dedicated Gateways' Deployments (metadata only), in Kubernetes mode.
-    pub deployments: BTreeMap<ObjectKey, Deployment>,
+    /// Dedicated Gateways' Deployments and PodDisruptionBudgets (metadata only:
+    /// name, namespace, labels), in Kubernetes mode.
+    pub owned: BTreeMap<(OwnedKind, ObjectKey), ObjectMeta>,
 }
 
 impl Store {
@@ -236,21 +252,15 @@ impl Store {
                 let key = defaulted(&mut o.metadata);
                 self.pods.insert(key, trimmed(*o));
             }
-            Object::Deployment(mut o) => {
-                let key = defaulted(&mut o.metadata);
-                let meta = ObjectMeta {
-                    name: o.metadata.name.take(),
-                    namespace: o.metadata.namespace.take(),
-                    labels: o.metadata.labels.take(),
+            Object::Owned(kind, mut meta) => {
+                let key = defaulted(&mut meta);
+                let kept = ObjectMeta {
+                    name: meta.name.take(),
+                    namespace: meta.namespace.take(),
+                    labels: meta.labels.take(),
                     ..ObjectMeta::default()
                 };
-                self.deployments.insert(
-                    key,
-                    Deployment {
-                        metadata: meta,
-                        ..Deployment::default()
-                    },
-                );
+                self.owned.insert((kind, key), kept);
             }
             Object::BackendTlsPolicy(mut o) => {
                 let key = defaulted(&mut o.metadata);

@@ -1,5 +1,5 @@
-//! Phase 3 against the real API server: an annotated Gateway gets a Deployment and a
-//! pods Service of its own; running exactly what that Deployment says serves that
+//! Phase 3 against the real API server: an annotated Gateway gets a Deployment, a
+//! PodDisruptionBudget and a pods Service of its own; running exactly what that Deployment says serves that
 //! Gateway alone, the shared edge stops serving it, and its Service's endpoints follow
 //! its own pods. Dropping the annotation hands it back to the shared edge.
 
@@ -11,6 +11,7 @@ use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -150,6 +151,15 @@ async fn a_dedicated_gateway_is_served_by_its_own_deployment() -> Result<(), Box
             .as_ref(),
         "the pods Service selects the Deployment's pods"
     );
+    let budgets = Api::<PodDisruptionBudget>::namespaced(client.clone(), "aether-system");
+    let budget = eventually("the PodDisruptionBudget", || async {
+        budgets.get_opt("aether-two-own").await.ok().flatten()
+    })
+    .await;
+    assert_eq!(
+        budget.spec.and_then(|s| s.selector),
+        Some(spec.selector.clone())
+    );
     let gateways = Api::<Gateway>::namespaced(client.clone(), "two");
     eventually("aether.io/Dedicated=True", || async {
         let gw = gateways.get("own").await.ok()?;
@@ -234,6 +244,15 @@ async fn a_dedicated_gateway_is_served_by_its_own_deployment() -> Result<(), Box
     eventually("own's Service names the shared edge again", || async {
         let (eps, _) = gateway_slice(&client, "two", "own").await?;
         (eps == vec![("10.1.0.10".to_owned(), true)]).then_some(())
+    })
+    .await;
+    eventually("the PodDisruptionBudget deleted", || async {
+        budgets
+            .get_opt("aether-two-own")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
     })
     .await;
     let svc = Api::<Service>::namespaced(client.clone(), "aether-system")

@@ -1,5 +1,5 @@
 //! Applies each Gateway's Service and its EndpointSlices, and a dedicated Gateway's
-//! Deployment and pods Service (server-side apply: idempotent, one field manager), and
+//! Deployment, PodDisruptionBudget and pods Service (server-side apply: idempotent, one field manager), and
 //! deletes what belonged to Gateways that are gone.
 //! Owner references would let the garbage collector do the deleting, but not every API
 //! server runs one, and a Gateway's ports should be freed when it goes, not eventually.
@@ -11,7 +11,8 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{ApiResource, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams};
 use kube::{Api, Client};
 use metrics::counter;
 use serde_json::Value;
@@ -22,7 +23,7 @@ use super::watch::Shared;
 use crate::reconcile::services::{
     GatewayObjects, LABEL_GATEWAY_NAME, LABEL_GATEWAY_NAMESPACE, LABEL_MANAGED_BY, MANAGED_BY,
 };
-use crate::store::{ObjectKey, Store};
+use crate::store::{ObjectKey, OwnedKind, Store};
 
 pub type Desired = Arc<BTreeMap<ObjectKey, GatewayObjects>>;
 
@@ -30,7 +31,7 @@ pub type Desired = Arc<BTreeMap<ObjectKey, GatewayObjects>>;
 enum Kind {
     Service,
     EndpointSlice,
-    Deployment,
+    Owned(OwnedKind),
 }
 
 impl Kind {
@@ -38,7 +39,18 @@ impl Kind {
         match self {
             Kind::Service => "Service",
             Kind::EndpointSlice => "EndpointSlice",
-            Kind::Deployment => "Deployment",
+            Kind::Owned(k) => k.as_str(),
+        }
+    }
+
+    fn resource(self) -> ApiResource {
+        match self {
+            Kind::Service => ApiResource::erase::<Service>(&()),
+            Kind::EndpointSlice => ApiResource::erase::<EndpointSlice>(&()),
+            Kind::Owned(OwnedKind::Deployment) => ApiResource::erase::<Deployment>(&()),
+            Kind::Owned(OwnedKind::PodDisruptionBudget) => {
+                ApiResource::erase::<PodDisruptionBudget>(&())
+            }
         }
     }
 }
@@ -82,6 +94,10 @@ impl ServiceApplier {
         }
     }
 
+    fn api(&self, kind: Kind, namespace: &str) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), namespace, &kind.resource())
+    }
+
     async fn sync(&mut self, desired: &BTreeMap<ObjectKey, GatewayObjects>) -> bool {
         let wanted = wanted(desired);
         let (to_apply, to_delete) = self.shared.with(|store| {
@@ -101,24 +117,11 @@ impl ServiceApplier {
         // Services before slices: a slice for a Service that doesn't exist yet would
         // be harmless, but the order keeps the log readable.
         for ((kind, key), value) in to_apply {
-            let result = match kind {
-                Kind::Service => Api::<Service>::namespaced(self.client.clone(), &key.namespace)
-                    .patch(&key.name, &params, &Patch::Apply(&value))
-                    .await
-                    .map(drop),
-                Kind::EndpointSlice => {
-                    Api::<EndpointSlice>::namespaced(self.client.clone(), &key.namespace)
-                        .patch(&key.name, &params, &Patch::Apply(&value))
-                        .await
-                        .map(drop)
-                }
-                Kind::Deployment => {
-                    Api::<Deployment>::namespaced(self.client.clone(), &key.namespace)
-                        .patch(&key.name, &params, &Patch::Apply(&value))
-                        .await
-                        .map(drop)
-                }
-            };
+            let result = self
+                .api(kind, &key.namespace)
+                .patch(&key.name, &params, &Patch::Apply(&value))
+                .await
+                .map(drop);
             counter!("aether_service_writes_total", "op" => "apply", "kind" => kind.as_str(), "result" => if result.is_ok() { "ok" } else { "error" }).increment(1);
             match result {
                 Ok(()) => {
@@ -133,24 +136,11 @@ impl ServiceApplier {
         }
         for (kind, key) in to_delete {
             let dp = DeleteParams::default();
-            let result = match kind {
-                Kind::Service => Api::<Service>::namespaced(self.client.clone(), &key.namespace)
-                    .delete(&key.name, &dp)
-                    .await
-                    .map(drop),
-                Kind::EndpointSlice => {
-                    Api::<EndpointSlice>::namespaced(self.client.clone(), &key.namespace)
-                        .delete(&key.name, &dp)
-                        .await
-                        .map(drop)
-                }
-                Kind::Deployment => {
-                    Api::<Deployment>::namespaced(self.client.clone(), &key.namespace)
-                        .delete(&key.name, &dp)
-                        .await
-                        .map(drop)
-                }
-            };
+            let result = self
+                .api(kind, &key.namespace)
+                .delete(&key.name, &dp)
+                .await
+                .map(drop);
             let ok = match &result {
                 Ok(()) => true,
                 Err(kube::Error::Api(s)) => s.code == 404,
@@ -186,15 +176,27 @@ fn wanted(desired: &BTreeMap<ObjectKey, GatewayObjects>) -> BTreeMap<(Kind, Obje
             }
         }
         if let Some(own) = &objects.dedicated {
-            if let Some(key) = key_of(&own.deployment.metadata)
-                && let Ok(v) = serde_json::to_value(&own.deployment)
-            {
-                out.insert((Kind::Deployment, key), v);
-            }
-            if let Some(key) = key_of(&own.pods.metadata)
-                && let Ok(v) = serde_json::to_value(&own.pods)
-            {
-                out.insert((Kind::Service, key), v);
+            let owned = [
+                (
+                    Kind::Owned(OwnedKind::Deployment),
+                    &own.deployment.metadata,
+                    serde_json::to_value(&own.deployment),
+                ),
+                (
+                    Kind::Owned(OwnedKind::PodDisruptionBudget),
+                    &own.budget.metadata,
+                    serde_json::to_value(&own.budget),
+                ),
+                (
+                    Kind::Service,
+                    &own.pods.metadata,
+                    serde_json::to_value(&own.pods),
+                ),
+            ];
+            for (kind, meta, value) in owned {
+                if let (Some(key), Ok(v)) = (key_of(meta), value) {
+                    out.insert((kind, key), v);
+                }
             }
         }
     }
@@ -225,12 +227,12 @@ fn ours(store: &Store) -> impl Iterator<Item = (Kind, ObjectKey)> + '_ {
         .iter()
         .filter(|(_, s)| is_managed(&s.metadata))
         .map(|(k, _)| (Kind::EndpointSlice, k.clone()));
-    let deployments = store
-        .deployments
+    let owned = store
+        .owned
         .iter()
-        .filter(|(_, d)| is_managed(&d.metadata))
-        .map(|(k, _)| (Kind::Deployment, k.clone()));
-    services.chain(slices).chain(deployments)
+        .filter(|(_, meta)| is_managed(meta))
+        .map(|((kind, key), _)| (Kind::Owned(*kind), key.clone()));
+    services.chain(slices).chain(owned)
 }
 
 /// Whether the object exists and is ours: if someone else deleted or took it, our
@@ -245,9 +247,9 @@ fn present_and_ours(store: &Store, (kind, key): &(Kind, ObjectKey)) -> bool {
             .endpoint_slices
             .get(key)
             .is_some_and(|s| is_managed(&s.metadata)),
-        Kind::Deployment => store
-            .deployments
-            .get(key)
-            .is_some_and(|d| is_managed(&d.metadata)),
+        Kind::Owned(owned) => store
+            .owned
+            .get(&(*owned, key.clone()))
+            .is_some_and(is_managed),
     }
 }

@@ -19,6 +19,7 @@ use gateway_api::referencegrants::ReferenceGrant;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::core::NamespaceResourceScope;
 use kube::runtime::WatchStreamExt;
@@ -34,7 +35,7 @@ use crate::gateway_ext::GatewayExt;
 use crate::grpc_route::to_http_route;
 use crate::l4route::{L4Kind, L4Route};
 use crate::route_ext::HttpRouteExt;
-use crate::store::{ObjectKey, Store};
+use crate::store::{ObjectKey, OwnedKind, Store};
 
 /// The Store the watches fill, and how the reconcile loop learns of changes.
 #[derive(Default)]
@@ -328,7 +329,25 @@ namespaced!(Secret, Secret, secrets);
 namespaced!(ConfigMap, ConfigMap, config_maps);
 namespaced!(Pod, Pod, pods);
 namespaced!(BackendTlsPolicy, BackendTlsPolicy, backend_tls_policies);
-namespaced!(Deployment, Deployment, deployments);
+/// Objects made for dedicated Gateways: only their metadata is stored.
+macro_rules! owned {
+    ($ty:ty, $kind:ident) => {
+        impl Kind for $ty {
+            fn object(self) -> Object {
+                Object::Owned(OwnedKind::$kind, Box::new(self.metadata))
+            }
+            fn clear(store: &mut Store) {
+                store.owned.retain(|(k, _), _| *k != OwnedKind::$kind);
+            }
+            fn remove(store: &mut Store, meta: &ObjectMeta) {
+                store.owned.remove(&(OwnedKind::$kind, ObjectKey::of(meta)));
+            }
+        }
+    };
+}
+
+owned!(Deployment, Deployment);
+owned!(PodDisruptionBudget, PodDisruptionBudget);
 
 /// TCPRoute, UDPRoute and TLSRoute at `gateway.networking.k8s.io/v1`, read into the
 /// one L4 route type (the gateway-api crate has no v1 types for them).
@@ -389,7 +408,8 @@ l4_kind!(TlsRouteV1, "TLSRoute", "tlsroutes", Tls);
 pub struct Extra {
     /// Mesh mode's pod identities.
     pub pods: bool,
-    /// The namespace of dedicated Gateways' Deployments (ours, by label).
+    /// The namespace of dedicated Gateways' Deployments and PodDisruptionBudgets
+    /// (ours, by label).
     pub deployments: Option<String>,
 }
 
@@ -429,6 +449,11 @@ pub fn spawn(client: &Client, shared: &Arc<Shared>, extra: &Extra) {
             crate::reconcile::services::MANAGED_BY
         );
         start::<Deployment>(
+            Api::namespaced(client.clone(), ns),
+            all.clone().labels(&ours),
+            shared,
+        );
+        start::<PodDisruptionBudget>(
             Api::namespaced(client.clone(), ns),
             all.clone().labels(&ours),
             shared,

@@ -19,6 +19,7 @@ use k8s_openapi::api::apps::v1::{
 };
 pub use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -113,6 +114,10 @@ pub fn name(key: &ObjectKey) -> String {
     format!("{}-{h:08x}", head.trim_end_matches('-'))
 }
 
+fn selector_labels(name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(LABEL_POD.to_owned(), name.to_owned())])
+}
+
 /// The headless Service selecting a dedicated Gateway's pods: the cluster keeps its
 /// EndpointSlices current with the pods' readiness, and the Gateway's Service mirrors them.
 pub fn pods_service_key(settings: &DedicatedSettings, key: &ObjectKey) -> ObjectKey {
@@ -123,6 +128,8 @@ pub fn pods_service_key(settings: &DedicatedSettings, key: &ObjectKey) -> Object
 #[derive(Debug, Clone, PartialEq)]
 pub struct DedicatedObjects {
     pub deployment: Deployment,
+    /// At most one pod of the Gateway's away at a time for voluntary disruptions.
+    pub budget: PodDisruptionBudget,
     pub pods: Service,
 }
 
@@ -150,7 +157,7 @@ pub fn objects(
     labels.insert(LABEL_GATEWAY_NAME.to_owned(), key.name.clone());
     labels.insert(LABEL_GATEWAY_NAMESPACE.to_owned(), key.namespace.clone());
     labels.insert(LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned());
-    let selector = BTreeMap::from([(LABEL_POD.to_owned(), name.clone())]);
+    let selector = selector_labels(&name);
     let meta = |labels: &BTreeMap<String, String>| ObjectMeta {
         name: Some(name.clone()),
         namespace: Some(settings.namespace.clone()),
@@ -240,7 +247,23 @@ pub fn objects(
         }),
         status: None,
     };
-    DedicatedObjects { deployment, pods }
+    let budget = PodDisruptionBudget {
+        metadata: meta(&labels),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(1)),
+            selector: Some(LabelSelector {
+                match_labels: Some(selector_labels(&name)),
+                match_expressions: None,
+            }),
+            ..PodDisruptionBudgetSpec::default()
+        }),
+        status: None,
+    };
+    DedicatedObjects {
+        deployment,
+        budget,
+        pods,
+    }
 }
 
 /// The Gateway's `aether.io/Dedicated` condition.

@@ -155,6 +155,9 @@ fn a_dedicated_gateway_gets_a_deployment_and_its_pods_behind_its_service() {
         vec!["run", "--kubernetes", "--serve-gateway=two/own"]
     );
     assert_eq!(pod.service_account_name.as_deref(), Some("aether-edge"));
+    let budget = objects.budget.spec.clone().unwrap_or_default();
+    assert_eq!(budget.max_unavailable, Some(IntOrString::Int(1)));
+    assert_eq!(budget.selector, Some(spec.selector.clone()));
     let pods = objects.pods.spec.clone().unwrap_or_default();
     assert_eq!(pods.cluster_ip.as_deref(), Some("None"));
     assert_eq!(pods.ports.unwrap_or_default()[0].port, 9911);
