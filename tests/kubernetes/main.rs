@@ -7,6 +7,7 @@ mod backend_tls;
 mod chart;
 mod churn;
 mod cluster;
+mod collision;
 mod dedicated;
 mod l4;
 mod listenerset;
