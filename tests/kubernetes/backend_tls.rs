@@ -78,7 +78,7 @@ async fn backend_tls_policy_status_follows_its_ca_config_map() -> Result<(), Box
     let client = cluster.client().await?;
     crate::class_and_namespaces(&client, &[NS]).await;
     objects(&client).await;
-    let _edge = edge(&cluster, "127.0.0.1", "btls");
+    let _edge = edge(&cluster, "127.0.0.52", "btls");
     let policies = Api::<BackendTlsPolicy>::namespaced(client.clone(), NS);
     eventually(
         "NoValidCACertificate while the ConfigMap is missing",

@@ -56,7 +56,7 @@ async fn tcp_routes_get_status_and_udp_listeners_udp_service_ports() -> Result<(
                         "rules": [{"backendRefs": [{"name": "redis", "port": 6379}]}]}}),
     )
     .await;
-    let _edge = edge(&cluster, "127.0.0.1", "l4");
+    let _edge = edge(&cluster, "127.0.0.53", "l4");
 
     // The route is watched and its status written (ResolvedRefs=False: no Service).
     let routes = tcp_routes(&client);
@@ -124,7 +124,7 @@ async fn tcp_routes_get_status_and_udp_listeners_udp_service_ports() -> Result<(
     // The edge binds it (the route's backend does not exist, so a connection is
     // accepted and closed; binding is what this checks).
     eventually("the pool port's internal port is bound", || async {
-        tokio::net::TcpStream::connect(("127.0.0.1", internal))
+        tokio::net::TcpStream::connect(("127.0.0.53", internal))
             .await
             .ok()
             .map(drop)

@@ -52,7 +52,7 @@ async fn listenersets_get_service_ports_traffic_and_status() -> Result<(), BoxEr
                             "requestRedirect": {"hostname": "moved.example.com", "statusCode": 302}}]}]}}),
     )
     .await;
-    let _edge = edge(&cluster, "127.0.0.1", "listenerset");
+    let _edge = edge(&cluster, "127.0.0.54", "listenerset");
 
     // The Gateway's Service exposes the ListenerSet's port, at an internal port the
     // edge binds and serves the ListenerSet's route on.
@@ -69,7 +69,7 @@ async fn listenersets_get_service_ports_traffic_and_status() -> Result<(), BoxEr
         .find(|p| p.0 == 8081)
         .map(|p| p.1)
         .ok_or("no 8081")?;
-    let addr = SocketAddr::from(([127, 0, 0, 1], u16::try_from(internal)?));
+    let addr = SocketAddr::from(([127, 0, 0, 54], u16::try_from(internal)?));
     let answer = eventually("the ListenerSet's route answers", || async {
         let r = get(addr, "extra.example.com").await.ok()?;
         r.starts_with("HTTP/1.1 302").then_some(r)

@@ -36,7 +36,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use cluster::{BoxError, Cluster};
 
-/// High and unusual, so the proxies' internal ports clash with nothing else.
+/// High and unusual, so the proxies' internal ports clash with nothing else. Tests
+/// run at once and compute the same ports for Gateways of the same name, so each test
+/// binds them on a loopback address of its own (127.0.0.51 and up).
 const RANGE: &str = "47100-47199";
 
 struct Proc(Child);
@@ -290,7 +292,7 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
     let client = cluster.client().await?;
     setup(&client).await;
     edge_pods(&client, &[("edge-0", "10.1.0.10", true)]).await;
-    let edge_a = edge(&cluster, "127.0.0.1", "a");
+    let edge_a = edge(&cluster, "127.0.0.51", "a");
 
     // Two Gateways, two Services with distinct internal ports in range, owned by them.
     let gateways = Api::<Gateway>::namespaced(client.clone(), "one");
@@ -424,7 +426,7 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
     let internal: u16 = u16::try_from(ports_a[0].1)?;
     let answer = eventually("traffic through the internal port", || async {
         get(
-            SocketAddr::from(([127, 0, 0, 1], internal)),
+            SocketAddr::from(([127, 0, 0, 51], internal)),
             "echo.example.com",
         )
         .await
@@ -446,7 +448,7 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
         "{answer}"
     );
     let other = get(
-        SocketAddr::from(([127, 0, 0, 1], internal)),
+        SocketAddr::from(([127, 0, 0, 51], internal)),
         "other.example.com",
     )
     .await?;
@@ -459,7 +461,7 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
             .delete(name, &DeleteParams::default())
             .await?;
     }
-    let edge_a = edge(&cluster, "127.0.0.1", "a2");
+    let edge_a = edge(&cluster, "127.0.0.51", "a2");
     assert_eq!(service_ports(&client, "one", "a").await.1, ports_a);
     assert_eq!(service_ports(&client, "two", "b").await.1, ports_b);
 

@@ -39,8 +39,8 @@ async fn two_instances_converge_with_bounded_writes() -> Result<(), BoxError> {
     let client = cluster.client().await?;
     setup(&client).await;
     // Two replicas (each would be its own pod; here two loopback addresses).
-    let a = edge(&cluster, "127.0.0.1", "a");
-    let b = edge(&cluster, "127.0.0.2", "b");
+    let a = edge(&cluster, "127.0.0.55", "a");
+    let b = edge(&cluster, "127.0.0.56", "b");
     let gateways = Api::<Gateway>::namespaced(client.clone(), "one");
     eventually("a's status written", || async {
         programmed(&gateways.get("a").await.ok()?).filter(|p| p.1 == "AddressNotAssigned")

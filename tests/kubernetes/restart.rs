@@ -53,7 +53,7 @@ async fn an_apiserver_restart_resumes_watches_without_duplicate_writes() -> Resu
         json!([{"name": "http", "port": 80, "protocol": "HTTP"}]),
     )
     .await;
-    let mut edge_proc = edge(&cluster, "127.0.0.1", "restart");
+    let mut edge_proc = edge(&cluster, "127.0.0.57", "restart");
     let services = Api::<Service>::namespaced(client.clone(), "r");
     let ports = |svc: &Service| -> Vec<i32> {
         svc.spec

@@ -110,7 +110,7 @@ async fn httproute_retry_is_read_from_the_api_server() -> Result<(), BoxError> {
                 "--internal-port-range",
                 RANGE,
                 "--listen-address",
-                "127.0.0.1",
+                "127.0.0.59",
             ])
             .env("KUBECONFIG", &cluster.kubeconfig)
             .stdout(Stdio::null())

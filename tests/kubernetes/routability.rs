@@ -92,7 +92,7 @@ async fn routability_scopes_services_and_conditions() -> Result<(), BoxError> {
     // The patched CRD kept the field (an unpatched one prunes it).
     let stored = raw(&client, "mixed").await.ok_or("no Gateway mixed")?;
     assert_eq!(stored["spec"]["addresses"][1]["routability"], "Cluster");
-    let _edge = edge(&cluster, "127.0.0.1", "scopes");
+    let _edge = edge(&cluster, "127.0.0.58", "scopes");
     let services = Api::<Service>::namespaced(client.clone(), "scopes");
 
     // Cluster only: a ClusterIP Service; its cluster IP in status as Cluster.

@@ -15,7 +15,7 @@ use serde_json::json;
 use crate::cluster::{BoxError, Cluster};
 use crate::{apply, class_and_namespaces, edge_with, eventually, get};
 
-/// Unusual, so binding it on 127.0.0.1 clashes with nothing else.
+/// Unusual, so binding it clashes with nothing else.
 const PORT: u16 = 47281;
 
 async fn gateway(client: &Client, ns: &str, name: &str, listeners: serde_json::Value) {
@@ -107,7 +107,7 @@ async fn shared_addressing_reports_the_edge_address_and_demuxes_by_hostname() ->
     redirect_route(&client, "two", "b", "moved-b.example.com").await;
     let _edge = edge_with(
         &cluster,
-        "127.0.0.1",
+        "127.0.0.60",
         "shared",
         &["--per-gateway-addressing=false"],
     );
@@ -139,7 +139,7 @@ async fn shared_addressing_reports_the_edge_address_and_demuxes_by_hostname() ->
     .await;
 
     // One socket, both Gateways' routes, by hostname.
-    let addr = SocketAddr::from(([127, 0, 0, 1], PORT));
+    let addr = SocketAddr::from(([127, 0, 0, 60], PORT));
     for (host, to) in [
         ("a.example.com", "moved-a.example.com"),
         ("b.example.com", "moved-b.example.com"),
