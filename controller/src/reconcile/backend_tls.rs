@@ -199,6 +199,12 @@ impl PolicyIndex {
         gateways: &BTreeMap<ObjectKey, GatewayModel<'_>>,
         sets: &super::listenerset::ListenerSets,
     ) -> BTreeMap<ObjectKey, ObjectStatus<BackendTlsPolicyStatus>> {
+        // Most configurations have no policy: then no route needs its parents resolved.
+        if self.verdicts.is_empty() {
+            return BTreeMap::new();
+        }
+        let targeted: BTreeSet<&ObjectKey> =
+            self.verdicts.iter().flat_map(|v| &v.services).collect();
         // (route namespace, parentRefs, backendRefs as (group, kind, name, namespace)).
         type Ref<'a> = (Option<&'a str>, Option<&'a str>, &'a str, Option<&'a str>);
         let mut routes: Vec<(&str, &[HttpRouteParentRefs], Vec<Ref<'_>>)> = Vec::new();
@@ -228,18 +234,24 @@ impl PolicyIndex {
         }
         let mut behind: BTreeMap<ObjectKey, BTreeSet<ObjectKey>> = BTreeMap::new();
         for (ns, parents, refs) in routes {
+            let services: Vec<ObjectKey> = refs
+                .into_iter()
+                .filter(|(group, kind, _, _)| {
+                    matches!(group.unwrap_or(""), "" | "core")
+                        && kind.unwrap_or("Service") == "Service"
+                })
+                .map(|(_, _, name, namespace)| ObjectKey::new(namespace.unwrap_or(ns), name))
+                .filter(|svc| targeted.contains(svc))
+                .collect();
+            if services.is_empty() {
+                continue;
+            }
             let parents: Vec<ObjectKey> = parents
                 .iter()
                 .filter_map(|p| super::parent::parent_target(sets, p, ns).map(|t| t.gateway))
                 .filter(|g| gateways.contains_key(g))
                 .collect();
-            for (group, kind, name, namespace) in refs {
-                let group = group.unwrap_or("");
-                if !(group.is_empty() || group == "core") || kind.unwrap_or("Service") != "Service"
-                {
-                    continue;
-                }
-                let svc = ObjectKey::new(namespace.unwrap_or(ns), name);
+            for svc in services {
                 behind
                     .entry(svc)
                     .or_default()
