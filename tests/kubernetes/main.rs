@@ -8,10 +8,12 @@ mod chart;
 mod cluster;
 mod l4;
 mod listenerset;
+mod rbac;
 mod replicas;
 mod restart;
 mod retry;
 mod routability;
+mod secrets;
 mod shared;
 
 use std::future::Future;
@@ -58,6 +60,17 @@ fn edge(cluster: &Cluster, listen: &str, label: &str) -> Proc {
 
 /// Like `edge`, with extra command-line flags.
 fn edge_with(cluster: &Cluster, listen: &str, label: &str, extra: &[&str]) -> Proc {
+    edge_as(cluster, &cluster.kubeconfig, listen, label, extra)
+}
+
+/// Like `edge_with`, as the user of `kubeconfig` (e.g. `cluster.user_kubeconfig`).
+fn edge_as(
+    cluster: &Cluster,
+    kubeconfig: &std::path::Path,
+    listen: &str,
+    label: &str,
+    extra: &[&str],
+) -> Proc {
     let log = std::fs::File::create(cluster.dir.path().join(format!("edge-{label}.log"))).unwrap();
     Proc(
         Command::new(env!("CARGO_BIN_EXE_aether-edge"))
@@ -76,7 +89,7 @@ fn edge_with(cluster: &Cluster, listen: &str, label: &str, extra: &[&str]) -> Pr
                 "2s",
             ])
             .args(extra)
-            .env("KUBECONFIG", &cluster.kubeconfig)
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,aether_controller=debug")
             .stdout(Stdio::null())
             .stderr(log.try_clone().unwrap())

@@ -2,6 +2,7 @@
 //! and effects write what the reconciler decided (status, Gateway Services) back with
 //! server-side apply under one field manager.
 
+pub mod apply_errors;
 pub mod lease;
 mod policy_status;
 pub mod services;

@@ -16,6 +16,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use super::FIELD_MANAGER;
+use super::apply_errors::ApplyFailures;
 use super::watch::Shared;
 use crate::reconcile::services::{
     GatewayObjects, LABEL_GATEWAY_NAME, LABEL_GATEWAY_NAMESPACE, LABEL_MANAGED_BY, MANAGED_BY,
@@ -47,6 +48,8 @@ pub struct ServiceApplier {
     shared: Arc<Shared>,
     /// What we last applied per object: applying it again would be a no-op request.
     applied: HashMap<(Kind, ObjectKey), Value>,
+    /// Writes the server refused: logged once, reported on the Gateway.
+    failures: ApplyFailures,
 }
 
 impl ServiceApplier {
@@ -55,6 +58,7 @@ impl ServiceApplier {
             client,
             shared,
             applied: HashMap::new(),
+            failures: ApplyFailures::default(),
         }
     }
 
@@ -113,10 +117,11 @@ impl ServiceApplier {
             match result {
                 Ok(()) => {
                     tracing::info!(kind = kind.as_str(), object = %key, "Gateway object applied");
+                    self.failures.succeeded(kind.as_str(), &key);
                     self.applied.insert((kind, key), value);
                 }
                 Err(e) => {
-                    tracing::warn!(kind = kind.as_str(), object = %key, error = %e, "cannot apply a Gateway object; will retry");
+                    self.failures.failed(kind.as_str(), &key, &value, &e);
                     failed = true;
                 }
             }
@@ -149,6 +154,9 @@ impl ServiceApplier {
             }
         }
         self.applied.retain(|id, _| wanted.contains_key(id));
+        self.failures.publish(&self.shared, |kind, key| {
+            wanted.keys().any(|(k, o)| k.as_str() == kind && o == key)
+        });
         failed
     }
 }

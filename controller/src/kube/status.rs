@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::FIELD_MANAGER;
+use super::apply_errors::FailureLog;
 use super::watch::Shared;
 use crate::Statuses;
 use crate::status::{ObjectStatus, with_routability};
@@ -42,6 +43,8 @@ pub struct StatusWriter {
     /// What we last wrote per object, with the resourceVersion it produced: a watch
     /// event older than our write must not make us write the same thing again.
     written: HashMap<(&'static str, ObjectKey), (u64, Value)>,
+    /// Writes failing now, so each is logged once per change of error.
+    failures: FailureLog,
 }
 
 /// One object's write, ready to send.
@@ -60,6 +63,7 @@ impl StatusWriter {
             shared,
             controller_name,
             written: HashMap::new(),
+            failures: FailureLog::default(),
         }
     }
 
@@ -256,12 +260,13 @@ impl StatusWriter {
             match result {
                 Ok(new_rv) => {
                     tracing::debug!(kind = w.kind, object = %w.key, "status written");
+                    self.failures.succeeded(w.kind, &w.key, "status write");
                     self.written.insert((w.kind, w.key), (new_rv, w.ours));
                 }
                 Err(e) => {
-                    // Forbidden, conflict, unreachable: logged and retried with backoff,
-                    // never in a tight loop.
-                    tracing::warn!(kind = w.kind, object = %w.key, error = %e, "status write failed; will retry");
+                    // Forbidden, conflict, unreachable: retried with backoff, never in
+                    // a tight loop, and logged once per change of error.
+                    self.failures.failed(w.kind, &w.key, &e, "status write");
                     failed = true;
                 }
             }
