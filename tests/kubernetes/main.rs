@@ -5,6 +5,7 @@
 
 mod backend_tls;
 mod chart;
+mod chart_rbac;
 mod cluster;
 mod l4;
 mod listenerset;
