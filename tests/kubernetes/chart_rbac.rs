@@ -17,6 +17,10 @@ use serde_json::{Value, json};
 use crate::cluster::{BoxError, Cluster, USER};
 use crate::{apply, class_and_namespaces, edge_as, eventually, get, programmed, service_ports};
 
+/// Where this test's edge binds its internal ports: its own loopback address, so
+/// they never collide with those of tests running beside it (the port range is shared).
+const LISTEN: &str = "127.0.0.84";
+
 /// Applies the chart's ClusterRole and Role as rendered, and binds USER to them (the
 /// chart binds its ServiceAccount; a token user stands in for it here). Returns the
 /// role names.
@@ -106,7 +110,7 @@ async fn the_charts_rbac_is_enough_to_serve_a_gateway() -> Result<(), BoxError> 
     let mut edge = edge_as(
         &cluster,
         &cluster.user_kubeconfig,
-        "127.0.0.1",
+        LISTEN,
         "chart-rbac",
         &[],
     );
@@ -144,14 +148,12 @@ async fn the_charts_rbac_is_enough_to_serve_a_gateway() -> Result<(), BoxError> 
     .await;
     // Traffic is answered.
     let internal = u16::try_from(ports.first().ok_or("no Service port")?.1)?;
+    let addr = SocketAddr::new(LISTEN.parse()?, internal);
     eventually("traffic through the internal port", || async {
-        get(
-            SocketAddr::from(([127, 0, 0, 1], internal)),
-            "app.example.com",
-        )
-        .await
-        .ok()
-        .filter(|r| r.starts_with("HTTP/1.1 302"))
+        get(addr, "app.example.com")
+            .await
+            .ok()
+            .filter(|r| r.starts_with("HTTP/1.1 302"))
     })
     .await;
 

@@ -16,21 +16,25 @@ use serde_json::{Value, json};
 use crate::cluster::{BoxError, Cluster, USER};
 use crate::{apply, class_and_namespaces, edge_as, eventually};
 
-/// The applier's retry schedule (controller/src/kube/services.rs): 200 ms, doubled
-/// after each failure, at most 30 s.
-const MIN_BACKOFF: f64 = 0.2;
+/// Where this test's edge binds its internal ports: its own loopback address, so
+/// they never collide with those of tests running beside it (the port range is shared).
+const LISTEN: &str = "127.0.0.82";
+
+/// A refused object's retry schedule (controller/src/kube/retry_schedule.rs): 400 ms
+/// after the first failure, doubled after each further one, at most 30 s.
+const FIRST_RETRY: f64 = 0.4;
 const MAX_BACKOFF: f64 = 30.0;
 
 /// The most attempts that schedule allows within `elapsed` of the first one.
 fn max_attempts(elapsed: Duration) -> usize {
-    let (mut t, mut backoff, mut n) = (0.0, MIN_BACKOFF, 1);
+    let (mut t, mut gap, mut n) = (0.0, FIRST_RETRY, 1);
     loop {
-        backoff = (backoff * 2.0_f64).min(MAX_BACKOFF);
-        t += backoff;
+        t += gap;
         if t > elapsed.as_secs_f64() {
             return n;
         }
         n += 1;
+        gap = (gap * 2.0_f64).min(MAX_BACKOFF);
     }
 }
 
@@ -143,12 +147,12 @@ fn programmed(gw: &Gateway) -> Option<(String, String, String)> {
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
-async fn gateway(client: &Client, ns: &str) {
+async fn gateway(client: &Client, ns: &str, name: &str) {
     apply(
         &Api::<Gateway>::namespaced(client.clone(), ns),
-        "gw",
+        name,
         json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "gw", "namespace": ns},
+               "metadata": {"name": name, "namespace": ns},
                "spec": {"gatewayClassName": "aether",
                         "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
     )
@@ -164,11 +168,11 @@ async fn a_forbidden_service_write_is_a_condition_a_log_line_and_no_hot_loop()
     let client = cluster.client().await?;
     class_and_namespaces(&client, &["open", "locked"]).await;
     grants(&client).await;
-    gateway(&client, "open").await;
-    gateway(&client, "locked").await;
+    gateway(&client, "open", "gw").await;
+    gateway(&client, "locked", "gw").await;
     let before = forbidden(&cluster, "services");
     let started = Instant::now();
-    let mut edge = edge_as(&cluster, &cluster.user_kubeconfig, "127.0.0.1", "rbac", &[]);
+    let mut edge = edge_as(&cluster, &cluster.user_kubeconfig, LISTEN, "rbac", &[]);
 
     // Where writing is allowed the Service is there: the user is not locked out as a
     // whole.
@@ -225,6 +229,22 @@ async fn a_forbidden_service_write_is_a_condition_a_log_line_and_no_hot_loop()
         .collect();
     assert_eq!(lines.len(), 1, "{log}");
     assert!(lines[0].contains("forbidden"), "{}", lines[0]);
+
+    // The refused Service backs off alone: a new Gateway where writing is allowed gets
+    // its Service at once, not when the refused one's backoff ends (~5 s from now:
+    // attempts at 0, 0.4, 1.2, 2.8, 6, 12.4, 25.2 s).
+    let asked = Instant::now();
+    gateway(&client, "open", "later").await;
+    eventually("open/later's Service", || async {
+        open_services.get_opt("later-aether").await.ok().flatten()
+    })
+    .await;
+    eprintln!("open/later's Service after {:?}", asked.elapsed());
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "open/later's Service took {:?}",
+        asked.elapsed()
+    );
 
     // (d) Granting the permission heals it without a restart: the Service appears, the
     // condition clears, and the Gateway is programmed once it has an address.

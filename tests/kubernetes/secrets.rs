@@ -18,6 +18,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::cluster::{BoxError, Cluster};
 use crate::{apply, class_and_namespaces, edge, eventually, service_ports};
 
+/// Where this test's edge binds its internal ports: its own loopback address, so
+/// they never collide with those of tests running beside it (the port range is shared).
+const LISTEN: &str = "127.0.0.83";
+
 const NS: &str = "certs";
 const HOST: &str = "secure.example.com";
 /// Over the edge's 256 KiB per field, well under the API server's 1 MiB per Secret.
@@ -130,7 +134,7 @@ async fn malformed_and_oversized_secrets_are_conditions_and_the_good_listener_se
                             "requestRedirect": {"hostname": "moved.example.com", "statusCode": 302}}]}]}}),
     )
     .await;
-    let mut edge = edge(&cluster, "127.0.0.1", "secrets");
+    let mut edge = edge(&cluster, LISTEN, "secrets");
 
     let gateways = Api::<Gateway>::namespaced(client.clone(), NS);
     let (malformed, oversized) = eventually("both bad listeners' conditions", || async {
@@ -166,8 +170,9 @@ async fn malformed_and_oversized_secrets_are_conditions_and_the_good_listener_se
         .map(|(_, target)| u16::try_from(*target))
         .ok_or("no Service port 443")??;
     let ca_der = rustls::pki_types::CertificateDer::from(ca.der().to_vec());
+    let addr = SocketAddr::new(LISTEN.parse()?, internal);
     let answer = eventually("HTTPS through the good listener", || async {
-        https_get(SocketAddr::from(([127, 0, 0, 1], internal)), &ca_der)
+        https_get(addr, &ca_der)
             .await
             .ok()
             .filter(|r| r.starts_with("HTTP/1.1 302"))

@@ -5,6 +5,7 @@
 pub mod apply_errors;
 pub mod lease;
 mod policy_status;
+pub mod retry_schedule;
 pub mod services;
 pub mod status;
 pub mod watch;
