@@ -50,7 +50,7 @@ pub struct ServiceApplier {
     applied: HashMap<(Kind, ObjectKey), Value>,
     /// Writes the server refused: logged once, reported on the Gateway.
     failures: ApplyFailures,
-    /// Failed writes, each backing off on its own (200 ms doubling to 30 s).
+    /// Failed writes, each backing off on its own (see `retry_schedule`).
     retries: Retries<(Kind, ObjectKey)>,
 }
 
