@@ -1,12 +1,14 @@
 //! RBAC that forbids a write, against a real API server running RBAC: the edge runs as
-//! a user that may read everything and write Gateway Services in one namespace but not
-//! in another. The refused Gateway says why in its status, the edge says it once in
-//! its log, the server sees retries only at the applier's backoff, and granting the
-//! permission later heals it without a restart.
+//! a user that may read everything and write Gateway Services (and HTTPRoute status)
+//! in one namespace but not in another. The refused Gateway says why in its status,
+//! the edge says it once in its log (Service and status write alike), the server sees
+//! retries only at the backoff's pace, other Gateways are not held back, and granting
+//! the permission later heals it without a restart.
 
 use std::time::{Duration, Instant};
 
 use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kube::api::{Patch, PatchParams};
@@ -57,7 +59,12 @@ async fn grants(client: &Client) {
         "listenersets",
         "backendtlspolicies",
     ];
-    let status: Vec<String> = gw_kinds.iter().map(|k| format!("{k}/status")).collect();
+    // HTTPRoute status only where `edge-write` is bound, like Services.
+    let status: Vec<String> = gw_kinds
+        .iter()
+        .filter(|k| **k != "httproutes")
+        .map(|k| format!("{k}/status"))
+        .collect();
     apply(
         &Api::<ClusterRole>::all(client.clone()),
         "edge-read",
@@ -90,6 +97,8 @@ async fn grants(client: &Client) {
                "metadata": {"name": "edge-write"},
                "rules": [
                  {"apiGroups": [""], "resources": ["services"], "verbs": ["create", "patch", "delete"]},
+                 {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["httproutes/status"],
+                  "verbs": ["patch", "update"]},
                  {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
                   "verbs": ["create", "patch", "delete"]}]}),
     )
@@ -170,6 +179,16 @@ async fn a_forbidden_service_write_is_a_condition_a_log_line_and_no_hot_loop()
     grants(&client).await;
     gateway(&client, "open", "gw").await;
     gateway(&client, "locked", "gw").await;
+    let locked_routes = Api::<HttpRoute>::namespaced(client.clone(), "locked");
+    apply(
+        &locked_routes,
+        "r",
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+               "metadata": {"name": "r", "namespace": "locked"},
+               "spec": {"parentRefs": [{"name": "gw"}], "rules": [{}]}}),
+    )
+    .await;
+    let before_status = forbidden(&cluster, "httproutes");
     let before = forbidden(&cluster, "services");
     let started = Instant::now();
     let mut edge = edge_as(&cluster, &cluster.user_kubeconfig, LISTEN, "rbac", &[]);
@@ -211,6 +230,7 @@ async fn a_forbidden_service_write_is_a_condition_a_log_line_and_no_hot_loop()
     tokio::time::sleep(Duration::from_secs(20).saturating_sub(started.elapsed())).await;
     // Counted before the clock is read: every attempt counted fits in `elapsed`.
     let refused = forbidden(&cluster, "services") - before;
+    let refused_status = forbidden(&cluster, "httproutes") - before_status;
     let elapsed = started.elapsed();
     eprintln!("refused Service writes the server saw in {elapsed:?}: {refused}");
     assert!(refused >= 2, "retried at all: {refused} refused writes");
@@ -218,6 +238,16 @@ async fn a_forbidden_service_write_is_a_condition_a_log_line_and_no_hot_loop()
         refused <= max_attempts(elapsed),
         "{refused} refused Service writes in {elapsed:?}: more than the backoff allows ({})",
         max_attempts(elapsed)
+    );
+    // The same for a status write RBAC forbids (HTTPRoute status in `locked`).
+    eprintln!("refused HTTPRoute status writes in {elapsed:?}: {refused_status}");
+    assert!(
+        refused_status >= 2,
+        "status retried at all: {refused_status}"
+    );
+    assert!(
+        refused_status <= max_attempts(elapsed),
+        "{refused_status} refused status writes in {elapsed:?}: more than the backoff allows"
     );
     assert!(edge.0.try_wait()?.is_none(), "the edge exited");
 
@@ -229,6 +259,13 @@ async fn a_forbidden_service_write_is_a_condition_a_log_line_and_no_hot_loop()
         .collect();
     assert_eq!(lines.len(), 1, "{log}");
     assert!(lines[0].contains("forbidden"), "{}", lines[0]);
+    let status_lines = log
+        .lines()
+        .filter(|l| {
+            l.contains("WARN") && l.contains("status write failed") && l.contains("locked/r")
+        })
+        .count();
+    assert_eq!(status_lines, 1, "{log}");
 
     // The refused Service backs off alone: a new Gateway where writing is allowed gets
     // its Service at once, not when the refused one's backoff ends (~5 s from now:
@@ -268,6 +305,11 @@ async fn a_forbidden_service_write_is_a_condition_a_log_line_and_no_hot_loop()
     eventually("locked/gw Programmed=True", || async {
         let (status, reason, _) = programmed(&locked.get("gw").await.ok()?)?;
         (status == "True" && reason == "Programmed").then_some(())
+    })
+    .await;
+    eventually("locked/r's status, once allowed", || async {
+        let r = locked_routes.get("r").await.ok()?;
+        (!r.status?.parents.is_empty()).then_some(())
     })
     .await;
     let settled = forbidden(&cluster, "services");
