@@ -13,6 +13,7 @@ pub mod reconcile;
 pub mod route_ext;
 pub mod status;
 pub mod store;
+pub mod tls_secret;
 
 pub use k8s_openapi::jiff::Timestamp;
 pub use reconcile::{Outcome, Settings, reconcile};

@@ -154,7 +154,10 @@ pub struct Store {
     pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
     /// Extra listeners for Gateways that allow them (GEP-1713).
     pub listener_sets: BTreeMap<ObjectKey, ListenerSet>,
+    /// Secrets trimmed to their TLS fields (see `tls_secret`).
     pub secrets: BTreeMap<ObjectKey, Secret>,
+    /// Secrets whose TLS fields were over the size cap (kept without data), and why.
+    pub oversized_secrets: BTreeMap<ObjectKey, String>,
     /// ConfigMaps, holding only their `ca.crt` (frontend TLS validation CA bundles).
     pub config_maps: BTreeMap<ObjectKey, ConfigMap>,
     pub services: BTreeMap<ObjectKey, Service>,
@@ -167,6 +170,10 @@ pub struct Store {
     /// Dedicated Gateways' Deployments and PodDisruptionBudgets (metadata only:
     /// name, namespace, labels), in Kubernetes mode.
     pub owned: BTreeMap<(OwnedKind, ObjectKey), ObjectMeta>,
+    /// Per Gateway, why the API server refused to write what the controller creates for
+    /// it (Kubernetes mode: set by the Service applier, not by a watch; see
+    /// `kube::apply_errors`). The reconcile reports it in the Gateway's status.
+    pub apply_failures: BTreeMap<ObjectKey, String>,
 }
 
 impl Store {
@@ -220,7 +227,12 @@ impl Store {
             }
             Object::Secret(mut o) => {
                 let key = defaulted(&mut o.metadata);
-                self.secrets.insert(key, *o);
+                let (kept, too_large) = crate::tls_secret::trim(*o);
+                match too_large {
+                    Some(why) => self.oversized_secrets.insert(key.clone(), why),
+                    None => self.oversized_secrets.remove(&key),
+                };
+                self.secrets.insert(key, kept);
             }
             Object::ConfigMap(mut o) => {
                 let key = defaulted(&mut o.metadata);
@@ -267,6 +279,12 @@ impl Store {
                 self.backend_tls_policies.insert(key, *o);
             }
         }
+    }
+
+    /// Removes a Secret and what is known about it.
+    pub fn remove_secret(&mut self, key: &ObjectKey) {
+        self.secrets.remove(key);
+        self.oversized_secrets.remove(key);
     }
 
     /// Does a ReferenceGrant in `to_namespace` let a `from_kind` in `from_namespace`

@@ -13,7 +13,7 @@ use kube::{Api, Client};
 use crate::cluster::{BoxError, Cluster};
 
 /// Renders the chart with `helm template` (tests/chart/tools.sh fetches Helm once).
-fn render(values: Option<&str>) -> Result<String, BoxError> {
+pub(crate) fn render(values: Option<&str>) -> Result<String, BoxError> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let tools = Command::new("bash")
         .arg(root.join("tests/chart/tools.sh"))

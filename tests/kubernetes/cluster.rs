@@ -17,12 +17,18 @@ use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 const TOKEN: &str = "aether-test-token";
+/// A second, unprivileged user: no groups but `system:authenticated`, so it may do only
+/// what a test binds it to (the API server runs with RBAC).
+pub const USER: &str = "edge";
+const USER_TOKEN: &str = "aether-test-edge-token";
 
 pub struct Cluster {
     /// Held for the cluster's life: see [`CLUSTERS_AT_ONCE`].
     _slot: ClusterSlot,
     pub dir: tempfile::TempDir,
     pub kubeconfig: PathBuf,
+    /// A kubeconfig for [`USER`].
+    pub user_kubeconfig: PathBuf,
     /// etcd, then the apiserver.
     procs: Vec<Child>,
     /// How the apiserver was started, to start it again.
@@ -143,9 +149,18 @@ impl Cluster {
         std::fs::write(d.join("sa.pub"), sa.public_key_pem())?;
         std::fs::write(
             d.join("tokens.csv"),
-            format!("{TOKEN},admin,admin,\"system:masters\"\n"),
+            format!("{TOKEN},admin,admin,\"system:masters\"\n{USER_TOKEN},{USER},{USER}\n"),
         )?;
 
+        // An audit log of every write USER makes: what the server saw, for tests that
+        // count a restricted edge's attempts (forbidden ones included). Nothing else
+        // is logged, so the other tests pay nothing for it.
+        std::fs::write(
+            d.join("audit-policy.yaml"),
+            format!(
+                "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  users: [{USER}]\n  verbs: [create, update, patch, delete]\n- level: None\n"
+            ),
+        )?;
         let (client_port, peer_port, secure_port) = (free_port()?, free_port()?, free_port()?);
         let log = |name: &str| -> Result<Stdio, BoxError> {
             Ok(std::fs::File::create(d.join(name))?.into())
@@ -175,13 +190,17 @@ impl Cluster {
             format!("--tls-cert-file={}", file("serving.crt")),
             format!("--tls-private-key-file={}", file("serving.key")),
             format!("--cert-dir={}", file("certs")),
-            "--authorization-mode=AlwaysAllow".to_owned(),
+            // RBAC, as a cluster runs: the admin (system:masters) may do anything, and
+            // tests bind USER to exactly what they mean to allow.
+            "--authorization-mode=RBAC".to_owned(),
             format!("--token-auth-file={}", file("tokens.csv")),
             "--service-account-issuer=https://kubernetes.default.svc".to_owned(),
             format!("--service-account-key-file={}", file("sa.pub")),
             format!("--service-account-signing-key-file={}", file("sa.key")),
             "--service-cluster-ip-range=10.96.0.0/16".to_owned(),
             "--enable-priority-and-fairness=false".to_owned(),
+            format!("--audit-policy-file={}", file("audit-policy.yaml")),
+            format!("--audit-log-path={}", file("audit.log")),
         ];
         procs.push(
             Command::new(&apiserver)
@@ -190,18 +209,24 @@ impl Cluster {
                 .stderr(log("apiserver.log")?)
                 .spawn()?,
         );
-        let kubeconfig = d.join("kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: https://127.0.0.1:{secure_port}\n    certificate-authority: {}\nusers:\n- name: admin\n  user:\n    token: {TOKEN}\ncontexts:\n- name: test\n  context: {{cluster: test, user: admin}}\ncurrent-context: test\n",
-                file("ca.crt")
-            ),
-        )?;
+        let kubeconfig_of = |name: &str, user: &str, token: &str| -> Result<PathBuf, BoxError> {
+            let path = d.join(name);
+            std::fs::write(
+                &path,
+                format!(
+                    "apiVersion: v1\nkind: Config\nclusters:\n- name: test\n  cluster:\n    server: https://127.0.0.1:{secure_port}\n    certificate-authority: {}\nusers:\n- name: {user}\n  user:\n    token: {token}\ncontexts:\n- name: test\n  context: {{cluster: test, user: {user}}}\ncurrent-context: test\n",
+                    file("ca.crt")
+                ),
+            )?;
+            Ok(path)
+        };
+        let kubeconfig = kubeconfig_of("kubeconfig", "admin", TOKEN)?;
+        let user_kubeconfig = kubeconfig_of("kubeconfig-user", USER, USER_TOKEN)?;
         let cluster = Self {
             _slot: slot,
             dir,
             kubeconfig,
+            user_kubeconfig,
             procs,
             apiserver: (apiserver.clone(), apiserver_args),
         };
@@ -234,6 +259,16 @@ impl Cluster {
         }
         let client = self.client().await?;
         self.wait_ready(&client).await
+    }
+
+    /// The writes [`USER`] made, as the server's audit log recorded them (one JSON
+    /// event each: `verb`, `objectRef`, `responseStatus.code`, ...).
+    pub fn user_writes(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.dir.path().join("audit.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
     }
 
     pub async fn client(&self) -> Result<Client, BoxError> {

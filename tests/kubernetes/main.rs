@@ -5,16 +5,19 @@
 
 mod backend_tls;
 mod chart;
+mod chart_rbac;
 mod churn;
 mod cluster;
 mod collision;
 mod dedicated;
 mod l4;
 mod listenerset;
+mod rbac;
 mod replicas;
 mod restart;
 mod retry;
 mod routability;
+mod secrets;
 mod shared;
 
 use std::future::Future;
@@ -36,10 +39,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use cluster::{BoxError, Cluster};
 
-/// High and unusual, so the proxies' internal ports clash with nothing else. Tests
-/// run at once and compute the same ports for Gateways of the same name, so each test
-/// binds them on a loopback address of its own (127.0.0.51 and up).
-const RANGE: &str = "47100-47199";
+/// Unusual, so the proxies' internal ports clash with nothing else, and below Linux's
+/// ephemeral range (32768-60999): a port from there can be taken by any outgoing
+/// connection or `free_port()` (an etcd or apiserver port) of a test running beside,
+/// and a full-suite run did see an edge fail to bind one. Tests run at once and
+/// compute the same ports for Gateways of the same name, so each test binds them on a
+/// loopback address of its own (127.0.0.51 and up).
+const RANGE: &str = "27100-27199";
 
 struct Proc(Child);
 
@@ -63,11 +69,33 @@ fn edge(cluster: &Cluster, listen: &str, label: &str) -> Proc {
 
 /// Like `edge`, with extra command-line flags.
 fn edge_with(cluster: &Cluster, listen: &str, label: &str, extra: &[&str]) -> Proc {
-    edge_at(cluster, listen, label, free_port(), extra)
+    edge_as(cluster, &cluster.kubeconfig, listen, label, extra)
 }
 
 /// Like `edge_with`, with the admin server on 127.0.0.1:`admin`.
 fn edge_at(cluster: &Cluster, listen: &str, label: &str, admin: u16, extra: &[&str]) -> Proc {
+    edge_full(cluster, &cluster.kubeconfig, listen, label, admin, extra)
+}
+
+/// Like `edge_with`, as the user of `kubeconfig` (e.g. `cluster.user_kubeconfig`).
+fn edge_as(
+    cluster: &Cluster,
+    kubeconfig: &std::path::Path,
+    listen: &str,
+    label: &str,
+    extra: &[&str],
+) -> Proc {
+    edge_full(cluster, kubeconfig, listen, label, free_port(), extra)
+}
+
+fn edge_full(
+    cluster: &Cluster,
+    kubeconfig: &std::path::Path,
+    listen: &str,
+    label: &str,
+    admin: u16,
+    extra: &[&str],
+) -> Proc {
     let log = std::fs::File::create(cluster.dir.path().join(format!("edge-{label}.log"))).unwrap();
     Proc(
         Command::new(env!("CARGO_BIN_EXE_aether-edge"))
@@ -86,7 +114,7 @@ fn edge_at(cluster: &Cluster, listen: &str, label: &str, admin: u16, extra: &[&s
                 "2s",
             ])
             .args(extra)
-            .env("KUBECONFIG", &cluster.kubeconfig)
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info,aether_controller=debug")
             .stdout(Stdio::null())
             .stderr(log.try_clone().unwrap())
@@ -310,7 +338,7 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
         4,
         "internal ports not distinct: {ports_a:?} {ports_b:?}"
     );
-    assert!(all.iter().all(|p| (47100..=47199).contains(p)));
+    assert!(all.iter().all(|p| (27100..=27199).contains(p)));
     let gw_a = gateways.get("a").await?;
     let owner = &svc_a.metadata.owner_references.clone().unwrap_or_default()[0];
     assert_eq!(

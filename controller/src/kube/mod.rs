@@ -2,8 +2,10 @@
 //! and effects write what the reconciler decided (status, Gateway Services) back with
 //! server-side apply under one field manager.
 
+pub mod apply_errors;
 pub mod lease;
 mod policy_status;
+pub mod retry_schedule;
 pub mod services;
 pub mod status;
 pub mod watch;

@@ -19,6 +19,8 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use super::FIELD_MANAGER;
+use super::apply_errors::ApplyFailures;
+use super::retry_schedule::{Retries, news_or_retry};
 use super::watch::Shared;
 use crate::reconcile::services::{
     GatewayObjects, LABEL_GATEWAY_NAME, LABEL_GATEWAY_NAMESPACE, LABEL_MANAGED_BY, MANAGED_BY,
@@ -56,13 +58,16 @@ impl Kind {
 }
 
 const MIN_INTERVAL: Duration = Duration::from_millis(200);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 pub struct ServiceApplier {
     client: Client,
     shared: Arc<Shared>,
     /// What we last applied per object: applying it again would be a no-op request.
     applied: HashMap<(Kind, ObjectKey), Value>,
+    /// Writes the server refused: logged once, reported on the Gateway.
+    failures: ApplyFailures,
+    /// Failed writes, each backing off on its own (see `retry_schedule`).
+    retries: Retries<(Kind, ObjectKey)>,
 }
 
 impl ServiceApplier {
@@ -71,24 +76,21 @@ impl ServiceApplier {
             client,
             shared,
             applied: HashMap::new(),
+            failures: ApplyFailures::default(),
+            retries: Retries::default(),
         }
     }
 
     pub async fn run(mut self, mut rx: watch::Receiver<Desired>, mut held: watch::Receiver<bool>) {
-        let mut backoff = MIN_INTERVAL;
         loop {
             if !super::lease::until_held(&mut held).await {
                 return;
             }
             let desired = Arc::clone(&rx.borrow_and_update());
-            let failed = self.sync(&desired).await;
-            backoff = if failed {
-                (backoff * 2).min(MAX_BACKOFF)
-            } else {
-                MIN_INTERVAL
-            };
-            tokio::time::sleep(backoff).await;
-            if !failed && !super::lease::news(&mut rx, &mut held).await {
+            self.sync(&desired).await;
+            // At most one pass per MIN_INTERVAL, then news or the next retry due.
+            tokio::time::sleep(MIN_INTERVAL).await;
+            if !news_or_retry(&mut rx, &mut held, self.retries.next()).await {
                 return;
             }
         }
@@ -112,6 +114,20 @@ impl ServiceApplier {
                 ours(store).filter(|id| !wanted.contains_key(id)).collect();
             (apply, delete)
         });
+        // Objects that need no write any more stop backing off; those whose backoff
+        // still runs wait (the others are written at once).
+        self.retries.retain(|id| {
+            to_apply.iter().any(|(a, _)| a == id) || to_delete.iter().any(|d| d == id)
+        });
+        let now = tokio::time::Instant::now();
+        let to_apply: Vec<_> = to_apply
+            .into_iter()
+            .filter(|(id, _)| self.retries.due(id, now))
+            .collect();
+        let to_delete: Vec<_> = to_delete
+            .into_iter()
+            .filter(|id| self.retries.due(id, now))
+            .collect();
         let mut failed = false;
         let params = PatchParams::apply(FIELD_MANAGER).force();
         // Services before slices: a slice for a Service that doesn't exist yet would
@@ -126,10 +142,14 @@ impl ServiceApplier {
             match result {
                 Ok(()) => {
                     tracing::info!(kind = kind.as_str(), object = %key, "Gateway object applied");
+                    self.failures.succeeded(kind.as_str(), &key);
+                    self.retries.succeeded(&(kind, key.clone()));
                     self.applied.insert((kind, key), value);
                 }
                 Err(e) => {
-                    tracing::warn!(kind = kind.as_str(), object = %key, error = %e, "cannot apply a Gateway object; will retry");
+                    self.failures.failed(kind.as_str(), &key, &value, &e);
+                    self.retries
+                        .failed((kind, key), tokio::time::Instant::now());
                     failed = true;
                 }
             }
@@ -149,12 +169,18 @@ impl ServiceApplier {
             counter!("aether_service_writes_total", "op" => "delete", "kind" => kind.as_str(), "result" => if ok { "ok" } else { "error" }).increment(1);
             if ok {
                 tracing::info!(kind = kind.as_str(), object = %key, "object of a removed Gateway (or listener family) deleted");
+                self.retries.succeeded(&(kind, key));
             } else if let Err(e) = result {
                 tracing::warn!(kind = kind.as_str(), object = %key, error = %e, "cannot delete an object we no longer want; will retry");
+                self.retries
+                    .failed((kind, key), tokio::time::Instant::now());
                 failed = true;
             }
         }
         self.applied.retain(|id, _| wanted.contains_key(id));
+        self.failures.publish(&self.shared, |kind, key| {
+            wanted.keys().any(|(k, o)| k.as_str() == kind && o == key)
+        });
         failed
     }
 }

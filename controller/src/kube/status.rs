@@ -24,6 +24,8 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::FIELD_MANAGER;
+use super::apply_errors::FailureLog;
+use super::retry_schedule::{Retries, news_or_retry};
 use super::watch::Shared;
 use crate::Statuses;
 use crate::status::{ObjectStatus, with_routability};
@@ -33,7 +35,6 @@ use crate::store::ObjectKey;
 const MAX_PARENTS: usize = 32;
 /// Least time between two write passes: coalesces churn.
 const MIN_INTERVAL: Duration = Duration::from_millis(200);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 pub struct StatusWriter {
     client: Client,
@@ -42,6 +43,10 @@ pub struct StatusWriter {
     /// What we last wrote per object, with the resourceVersion it produced: a watch
     /// event older than our write must not make us write the same thing again.
     written: HashMap<(&'static str, ObjectKey), (u64, Value)>,
+    /// Writes failing now, so each is logged once per change of error.
+    failures: FailureLog,
+    /// Failed writes, each backing off on its own (see `retry_schedule`).
+    retries: Retries<(&'static str, ObjectKey)>,
 }
 
 /// One object's write, ready to send.
@@ -60,6 +65,8 @@ impl StatusWriter {
             shared,
             controller_name,
             written: HashMap::new(),
+            failures: FailureLog::default(),
+            retries: Retries::default(),
         }
     }
 
@@ -69,23 +76,16 @@ impl StatusWriter {
         mut rx: watch::Receiver<Arc<Statuses>>,
         mut held: watch::Receiver<bool>,
     ) {
-        let mut backoff = MIN_INTERVAL;
         loop {
             if !super::lease::until_held(&mut held).await {
                 return;
             }
             let desired = Arc::clone(&rx.borrow_and_update());
-            let failed = self.sync(&desired).await;
-            let wait = if failed {
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                backoff
-            } else {
-                backoff = MIN_INTERVAL;
-                MIN_INTERVAL
-            };
-            tokio::time::sleep(wait).await;
-            // After a failure retry even without news; otherwise wait for a change.
-            if !failed && !super::lease::news(&mut rx, &mut held).await {
+            self.sync(&desired).await;
+            // At most one pass per MIN_INTERVAL; then wait for a change, or for the
+            // next failed write's retry.
+            tokio::time::sleep(MIN_INTERVAL).await;
+            if !news_or_retry(&mut rx, &mut held, self.retries.next()).await {
                 return;
             }
         }
@@ -243,8 +243,15 @@ impl StatusWriter {
             }
             out.into_iter().flatten().collect::<Vec<_>>()
         });
+        // A write no longer needed stops backing off; one whose backoff runs waits.
+        self.retries
+            .retain(|id| writes.iter().any(|w| w.kind == id.0 && w.key == id.1));
+        let now = tokio::time::Instant::now();
         let mut failed = false;
         for w in writes {
+            if !self.retries.due(&(w.kind, w.key.clone()), now) {
+                continue;
+            }
             let result = self.send(&w).await;
             let outcome = match &result {
                 Ok(_) => "ok",
@@ -256,12 +263,16 @@ impl StatusWriter {
             match result {
                 Ok(new_rv) => {
                     tracing::debug!(kind = w.kind, object = %w.key, "status written");
+                    self.failures.succeeded(w.kind, &w.key, "status write");
+                    self.retries.succeeded(&(w.kind, w.key.clone()));
                     self.written.insert((w.kind, w.key), (new_rv, w.ours));
                 }
                 Err(e) => {
-                    // Forbidden, conflict, unreachable: logged and retried with backoff,
-                    // never in a tight loop.
-                    tracing::warn!(kind = w.kind, object = %w.key, error = %e, "status write failed; will retry");
+                    // Forbidden, conflict, unreachable: retried with backoff, never in
+                    // a tight loop, and logged once per change of error.
+                    self.failures.failed(w.kind, &w.key, &e, "status write");
+                    self.retries
+                        .failed((w.kind, w.key.clone()), tokio::time::Instant::now());
                     failed = true;
                 }
             }

@@ -70,7 +70,7 @@ impl Shared {
         f(&self.store.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    fn update(&self, f: impl FnOnce(&mut Store)) {
+    pub(super) fn update(&self, f: impl FnOnce(&mut Store)) {
         f(&mut self.store.lock().unwrap_or_else(PoisonError::into_inner));
         self.changed.notify_one();
     }
@@ -325,7 +325,18 @@ impl Kind for EndpointSlice {
         Some(service.map(|name| ObjectKey::new(ObjectKey::of(&self.metadata).namespace, name)))
     }
 }
-namespaced!(Secret, Secret, secrets);
+impl Kind for Secret {
+    fn object(self) -> Object {
+        Object::Secret(Box::new(self))
+    }
+    fn clear(store: &mut Store) {
+        store.secrets.clear();
+        store.oversized_secrets.clear();
+    }
+    fn remove(store: &mut Store, meta: &ObjectMeta) {
+        store.remove_secret(&ObjectKey::of(meta));
+    }
+}
 namespaced!(ConfigMap, ConfigMap, config_maps);
 namespaced!(Pod, Pod, pods);
 namespaced!(BackendTlsPolicy, BackendTlsPolicy, backend_tls_policies);

@@ -61,6 +61,12 @@ pub fn resolve(
     let Some(secret) = store.secrets.get(&key) else {
         return Err(("InvalidCertificateRef", format!("Secret {key} not found")));
     };
+    if let Some(why) = store.oversized_secrets.get(&key) {
+        return Err((
+            "InvalidCertificateRef",
+            format!("Secret {key} is too large: {why}"),
+        ));
+    }
     let (Some(cert), Some(private_key)) = (field(secret, "tls.crt"), field(secret, "tls.key"))
     else {
         return Err((
@@ -88,3 +94,7 @@ fn field(secret: &Secret, name: &str) -> Option<Vec<u8>> {
                 .map(|s| s.as_bytes().to_vec())
         })
 }
+
+#[cfg(test)]
+#[path = "certificates_tests.rs"]
+mod tests;

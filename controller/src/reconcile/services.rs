@@ -204,8 +204,14 @@ impl Plan {
         status: &mut GatewayStatus,
     ) -> Vec<String> {
         let generation = model.generation;
+        // A write the API server refused (RBAC, say) counts like a placement problem:
+        // without its Service the Gateway has no address we can vouch for.
+        let refused = store
+            .apply_failures
+            .get(&model.key)
+            .map(|m| ("AddressNotAssigned", m.clone()));
         let (assigned, problem) = match (
-            self.problems.get(&model.key),
+            self.problems.get(&model.key).or(refused.as_ref()),
             self.addresses.get(&model.key),
         ) {
             (Some(p), _) => (routability::Assigned::default(), Some(p.clone())),
@@ -220,7 +226,7 @@ impl Plan {
             }
             (None, None) => (routability::Assigned::default(), None),
         };
-        let placed_problem = self.problems.contains_key(&model.key);
+        let placed_problem = self.problems.contains_key(&model.key) || refused.is_some();
         if let Some(state) = self.dedicated.get(&model.key) {
             let c = dedicated::condition(generation, state);
             replace(status.conditions.get_or_insert_with(Vec::new), c);

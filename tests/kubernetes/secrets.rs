@@ -1,0 +1,189 @@
+//! Bad certificate Secrets through a real API server: one Gateway with a listener on a
+//! malformed Secret, one on a Secret over the edge's size cap (but under the API
+//! server's own), and a good one. The bad two say why in their conditions; the good one
+//! keeps serving HTTPS to a real TLS client; the edge stays up.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
+use k8s_openapi::api::core::v1::Secret;
+use kube::{Api, Client};
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use rustls::pki_types::ServerName;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::cluster::{BoxError, Cluster};
+use crate::{apply, class_and_namespaces, edge, eventually, service_ports};
+
+/// Where this test's edge binds its internal ports: its own loopback address, so
+/// they never collide with those of tests running beside it (the port range is shared).
+const LISTEN: &str = "127.0.0.83";
+
+const NS: &str = "certs";
+const HOST: &str = "secure.example.com";
+/// Over the edge's 256 KiB per field, well under the API server's 1 MiB per Secret.
+const OVERSIZED: usize = 300 * 1024;
+
+/// A `kubernetes.io/tls` Secret, written as `stringData` (the server stores it as
+/// `data`).
+async fn tls_secret(client: &Client, name: &str, crt: &str, key: &str) {
+    apply(
+        &Api::<Secret>::namespaced(client.clone(), NS),
+        name,
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+               "metadata": {"name": name, "namespace": NS},
+               "stringData": {"tls.crt": crt, "tls.key": key}}),
+    )
+    .await;
+}
+
+/// (status, reason, message) of ResolvedRefs on listener `name`.
+fn resolved_refs(gw: &Gateway, name: &str) -> Option<(String, String, String)> {
+    let l = gw
+        .status
+        .as_ref()?
+        .listeners
+        .as_ref()?
+        .iter()
+        .find(|l| l.name == name)?;
+    let c = l.conditions.iter().find(|c| c.type_ == "ResolvedRefs")?;
+    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// One HTTPS request to `addr` with SNI `HOST`, trusting only `ca`.
+async fn https_get(
+    addr: SocketAddr,
+    ca: &rustls::pki_types::CertificateDer<'static>,
+) -> Result<String, BoxError> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone())?;
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from(HOST)?, tcp)
+        .await?;
+    tls.write_all(
+        format!("GET /hello HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await?;
+    let mut out = String::new();
+    tls.read_to_string(&mut out).await?;
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_and_oversized_secrets_are_conditions_and_the_good_listener_serves()
+-> Result<(), BoxError> {
+    let Some(cluster) = Cluster::start().await? else {
+        return Ok(());
+    };
+    let client = cluster.client().await?;
+    class_and_namespaces(&client, &[NS]).await;
+
+    let ca_key = KeyPair::generate()?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate()?;
+    let leaf = CertificateParams::new(vec![HOST.to_owned()])?.signed_by(&key, &issuer)?;
+    let (crt, key) = (leaf.pem(), key.serialize_pem());
+    tls_secret(&client, "good", &crt, &key).await;
+    tls_secret(
+        &client,
+        "garbage",
+        "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n",
+        "nope",
+    )
+    .await;
+    // A valid certificate and key, padded past the cap with text PEM parsers skip:
+    // only the size is wrong with it.
+    let padded = format!("{crt}{}", "x".repeat(OVERSIZED));
+    tls_secret(&client, "huge", &padded, &key).await;
+
+    let listener = |name: &str, port: u16, secret: &str| {
+        json!({"name": name, "port": port, "protocol": "HTTPS", "hostname": HOST,
+               "tls": {"mode": "Terminate", "certificateRefs": [{"name": secret}]}})
+    };
+    apply(
+        &Api::<Gateway>::namespaced(client.clone(), NS),
+        "gw",
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": "gw", "namespace": NS},
+               "spec": {"gatewayClassName": "aether", "listeners": [
+                   listener("good", 443, "good"),
+                   listener("malformed", 8443, "garbage"),
+                   listener("oversized", 9443, "huge")]}}),
+    )
+    .await;
+    apply(
+        &Api::<HttpRoute>::namespaced(client.clone(), NS),
+        "r",
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+               "metadata": {"name": "r", "namespace": NS},
+               "spec": {"parentRefs": [{"name": "gw"}], "hostnames": [HOST],
+                        "rules": [{"filters": [{"type": "RequestRedirect",
+                            "requestRedirect": {"hostname": "moved.example.com", "statusCode": 302}}]}]}}),
+    )
+    .await;
+    let mut edge = edge(&cluster, LISTEN, "secrets");
+
+    let gateways = Api::<Gateway>::namespaced(client.clone(), NS);
+    let (malformed, oversized) = eventually("both bad listeners' conditions", || async {
+        let gw = gateways.get("gw").await.ok()?;
+        let good = resolved_refs(&gw, "good")?;
+        let malformed = resolved_refs(&gw, "malformed")?;
+        let oversized = resolved_refs(&gw, "oversized")?;
+        (good.0 == "True" && malformed.0 == "False" && oversized.0 == "False")
+            .then_some((malformed, oversized))
+    })
+    .await;
+    assert_eq!(malformed.1, "InvalidCertificateRef", "{malformed:?}");
+    assert!(
+        malformed.2.starts_with("Secret certs/garbage: "),
+        "{malformed:?}"
+    );
+    assert!(!malformed.2.contains("too large"), "{malformed:?}");
+    assert_eq!(oversized.1, "InvalidCertificateRef", "{oversized:?}");
+    assert!(
+        oversized
+            .2
+            .starts_with("Secret certs/huge is too large: tls.crt is ")
+            && oversized.2.contains("over the limit of 262144 bytes"),
+        "{oversized:?}"
+    );
+
+    // The good listener serves HTTPS with its certificate, through the internal port
+    // its Service targets.
+    let (_, ports) = service_ports(&client, NS, "gw").await;
+    let internal = ports
+        .iter()
+        .find(|(port, _)| *port == 443)
+        .map(|(_, target)| u16::try_from(*target))
+        .ok_or("no Service port 443")??;
+    let ca_der = rustls::pki_types::CertificateDer::from(ca.der().to_vec());
+    let addr = SocketAddr::new(LISTEN.parse()?, internal);
+    let answer = eventually("HTTPS through the good listener", || async {
+        https_get(addr, &ca_der)
+            .await
+            .ok()
+            .filter(|r| r.starts_with("HTTP/1.1 302"))
+    })
+    .await;
+    assert!(
+        answer
+            .to_ascii_lowercase()
+            .contains("location: https://moved.example.com/hello"),
+        "{answer}"
+    );
+    assert!(edge.0.try_wait()?.is_none(), "the edge exited");
+    Ok(())
+}
