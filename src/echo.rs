@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, Response, header};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -119,6 +119,7 @@ async fn answer(
         .as_ref()
         .map(|v| header::HeaderValue::from(v.attempt));
     if let Some((status, delay)) = verdict.and_then(|v| v.fail) {
+        drain(req.body_mut()).await;
         if let Some(d) = delay {
             tokio::time::sleep(d).await;
         }
@@ -184,4 +185,21 @@ async fn answer(
         resp.headers_mut().insert(ATTEMPT_HEADER, a);
     }
     Ok(resp)
+}
+
+/// The most of a request body a simulated failure reads before answering.
+const DRAIN_LIMIT: usize = 8 << 20;
+
+/// Reads the request body (up to [`DRAIN_LIMIT`]) before an early answer. A server that
+/// answers and closes with request bytes unread makes the kernel send a reset, which
+/// can discard the answer before the proxy reads it: the proxy would then see a reset
+/// where the simulation meant a status (real servers linger on close for this).
+async fn drain(body: &mut Incoming) {
+    let mut read = 0;
+    while read < DRAIN_LIMIT {
+        match body.frame().await {
+            Some(Ok(frame)) => read += frame.data_ref().map_or(0, Bytes::len),
+            Some(Err(_)) | None => break,
+        }
+    }
 }
