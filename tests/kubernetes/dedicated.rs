@@ -17,8 +17,8 @@ use serde_json::{Value, json};
 
 use crate::cluster::{BoxError, Cluster};
 use crate::{
-    Proc, RANGE, apply, class_and_namespaces, edge_pods, edge_with, eventually, free_port,
-    gateway_slice, get, service_ports,
+    Proc, RANGE, apply, class_and_namespaces, edge_pods, edge_with, eventually, eventually_gone,
+    free_port, gateway_slice, get, service_ports,
 };
 
 /// Loopback addresses of their own, so no other test's edge holds these ports.
@@ -232,29 +232,13 @@ async fn a_dedicated_gateway_is_served_by_its_own_deployment() -> Result<(), Box
         (served_by(at(SHARED, own_port)).await.as_deref() == Some("own")).then_some(())
     })
     .await;
-    eventually("the Deployment deleted", || async {
-        deployments
-            .get_opt("aether-two-own")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    eventually_gone(&deployments, "aether-two-own").await;
     eventually("own's Service names the shared edge again", || async {
         let (eps, _) = gateway_slice(&client, "two", "own").await?;
         (eps == vec![("10.1.0.10".to_owned(), true)]).then_some(())
     })
     .await;
-    eventually("the PodDisruptionBudget deleted", || async {
-        budgets
-            .get_opt("aether-two-own")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    eventually_gone(&budgets, "aether-two-own").await;
     let svc = Api::<Service>::namespaced(client.clone(), "aether-system")
         .get_opt("aether-two-own")
         .await?;

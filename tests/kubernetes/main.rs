@@ -138,6 +138,17 @@ where
     }
 }
 
+/// Waits until the object `name` no longer exists.
+async fn eventually_gone<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    eventually(&format!("{name} deleted"), || async {
+        api.get_opt(name).await.ok()?.is_none().then_some(())
+    })
+    .await;
+}
+
 async fn apply<K>(api: &Api<K>, name: &str, body: serde_json::Value)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
@@ -498,25 +509,9 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
         .delete("b", &DeleteParams::default())
         .await?;
     let services_two = Api::<Service>::namespaced(client.clone(), "two");
-    eventually("b's Service deleted", || async {
-        services_two
-            .get_opt("b-aether")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    eventually_gone(&services_two, "b-aether").await;
     let slices_two = Api::<EndpointSlice>::namespaced(client.clone(), "two");
-    eventually("b's EndpointSlice deleted", || async {
-        slices_two
-            .get_opt("b-aether")
-            .await
-            .ok()?
-            .is_none()
-            .then_some(())
-    })
-    .await;
+    eventually_gone(&slices_two, "b-aether").await;
     drop(edge_a);
     Ok(())
 }
