@@ -172,7 +172,14 @@ async fn answer(
     if let Some(log) = log {
         let mut line = body.clone();
         line.push(b'\n');
-        if let Err(e) = log.lock().await.write_all(&line).await {
+        // tokio's File finishes a write in the background: flush, so a test that reads
+        // the log after the answer arrives sees this request in it.
+        let mut file = log.lock().await;
+        let written = match file.write_all(&line).await {
+            Ok(()) => file.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
             tracing::warn!(error = %e, "cannot write the request log");
         }
     }
