@@ -5,6 +5,8 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use aether_controller::Statuses;
+use aether_controller::manifest::ManifestError;
 use aether_proxy::http::ProxyState;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -20,8 +22,27 @@ use tokio::net::TcpListener;
 pub struct AdminState {
     pub proxy: Arc<ProxyState>,
     pub prometheus: PrometheusHandle,
-    /// The rendered `/status` document, rebuilt on every reconcile.
-    pub status: ArcSwap<Bytes>,
+    /// What `/status` shows, as last published; rendered only when asked for.
+    pub status: ArcSwap<StatusDoc>,
+}
+
+/// The statuses and input errors of the last publish, shared with the publisher (not
+/// copied): rendering the JSON on every reconcile cost time and held a second copy
+/// of every status in memory for a page that is rarely read.
+#[derive(Default)]
+pub struct StatusDoc {
+    pub statuses: Arc<Statuses>,
+    pub errors: Arc<Vec<ManifestError>>,
+}
+
+impl StatusDoc {
+    fn render(&self) -> Bytes {
+        let doc = serde_json::json!({
+            "items": self.statuses.items(),
+            "manifestErrors": *self.errors,
+        });
+        serde_json::to_vec_pretty(&doc).unwrap_or_default().into()
+    }
 }
 
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
@@ -85,11 +106,17 @@ async fn answer(
                 }
             }
         }
-        "/status" => body(
-            StatusCode::OK,
-            "application/json",
-            Bytes::clone(&state.status.load()),
-        ),
+        "/status" => {
+            // Thousands of objects take a while to render: not on an async worker.
+            let doc = state.status.load_full();
+            match tokio::task::spawn_blocking(move || doc.render()).await {
+                Ok(rendered) => body(StatusCode::OK, "application/json", rendered),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot render status");
+                    text(StatusCode::INTERNAL_SERVER_ERROR, "cannot render status\n")
+                }
+            }
+        }
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     })
 }

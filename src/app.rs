@@ -10,11 +10,11 @@ use aether_proxy::http::{ProxyState, UpstreamSettings};
 use aether_proxy::{ListenerManager, overload, telemetry};
 use anyhow::Context;
 use arc_swap::ArcSwap;
-use bytes::Bytes;
+
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::admin::{self, AdminState};
+use crate::admin::{self, AdminState, StatusDoc};
 use crate::cli::RunArgs;
 use crate::files::{self, FileSource};
 use crate::publish::Publisher;
@@ -51,7 +51,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let admin = Arc::new(AdminState {
         proxy: Arc::clone(&proxy),
         prometheus,
-        status: ArcSwap::from_pointee(Bytes::new()),
+        status: ArcSwap::from_pointee(StatusDoc::default()),
     });
     tracing::info!(addr = %admin_listener.local_addr()?, "admin server listening");
     tokio::spawn(admin::serve(admin_listener, Arc::clone(&admin)));
@@ -153,7 +153,7 @@ impl Control<'_> {
     async fn reload(&mut self) -> anyhow::Result<()> {
         let mut source = std::mem::replace(&mut self.source, FileSource::new(Vec::new()));
         let settings = self.settings.clone();
-        let mut previous = self.publisher.statuses().clone();
+        let mut previous = aether_controller::Statuses::clone(self.publisher.statuses());
         if previous.l4_routes.is_empty() {
             previous.l4_routes = std::mem::take(&mut self.seed.l4_routes);
         }

@@ -102,7 +102,7 @@ pub async fn run(
             _ = sigint.recv() => break,
             _ = bind_retry.tick() => {
                 if publisher.retry_binds() {
-                    status_tx.send_replace(Arc::new(publisher.statuses().clone()));
+                    status_tx.send_replace(Arc::clone(publisher.statuses()));
                 }
             }
             () = shared.changed.notified() => {
@@ -130,7 +130,7 @@ pub async fn run(
                 let services = Arc::new(outcome.services.clone());
                 shared.set_endpoint_interest(outcome.endpoint_interest.clone());
                 publisher.outcome(outcome, Vec::new());
-                status_tx.send_replace(Arc::new(publisher.statuses().clone()));
+                status_tx.send_replace(Arc::clone(publisher.statuses()));
                 service_tx.send_replace(services);
                 if let Some((writer, status_rx, applier, service_rx, held)) = effects.take() {
                     tokio::spawn(writer.run(status_rx, held.clone()));

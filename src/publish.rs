@@ -8,10 +8,9 @@ use aether_controller::Timestamp;
 use aether_controller::manifest::ManifestError;
 use aether_controller::{Outcome, Statuses};
 use aether_proxy::{ListenerManager, Snapshot};
-use bytes::Bytes;
 use metrics::{counter, gauge};
 
-use crate::admin::AdminState;
+use crate::admin::{AdminState, StatusDoc};
 
 pub struct Publisher {
     pub manager: ListenerManager,
@@ -20,14 +19,14 @@ pub struct Publisher {
     /// The last reconcile, kept to re-publish when a failed bind is retried.
     current: Option<Published>,
     /// Statuses as last published, for carrying condition transition times.
-    statuses: Statuses,
+    statuses: Arc<Statuses>,
 }
 
 /// What the last reconcile produced, before bind results were folded in.
 struct Published {
     snapshot: Arc<Snapshot>,
     statuses: Statuses,
-    errors: Vec<ManifestError>,
+    errors: Arc<Vec<ManifestError>>,
     bind_failures: usize,
 }
 
@@ -38,12 +37,12 @@ impl Publisher {
             admin,
             generation: 0,
             current: None,
-            statuses: Statuses::default(),
+            statuses: Arc::default(),
         }
     }
 
     /// Statuses as last published (bind failures and transition times included).
-    pub fn statuses(&self) -> &Statuses {
+    pub fn statuses(&self) -> &Arc<Statuses> {
         &self.statuses
     }
 
@@ -57,7 +56,7 @@ impl Publisher {
         self.current = Some(Published {
             snapshot: Arc::new(snapshot),
             statuses: outcome.statuses,
-            errors,
+            errors: Arc::new(errors),
             bind_failures: 0,
         });
         self.publish();
@@ -73,9 +72,11 @@ impl Publisher {
         let mut statuses = current.statuses.clone();
         statuses.mark_bind_failures(&current.snapshot, &failures);
         statuses.carry_transition_times(&self.statuses, Timestamp::now());
-        self.admin
-            .status
-            .store(Arc::new(render_status(&statuses, &current.errors)));
+        let statuses = Arc::new(statuses);
+        self.admin.status.store(Arc::new(StatusDoc {
+            statuses: Arc::clone(&statuses),
+            errors: Arc::clone(&current.errors),
+        }));
         tracing::info!(
             generation = self.generation,
             listeners = current.snapshot.listeners.len(),
@@ -97,12 +98,4 @@ impl Publisher {
         }
         false
     }
-}
-
-fn render_status(statuses: &Statuses, errors: &[ManifestError]) -> Bytes {
-    let doc = serde_json::json!({
-        "items": statuses.items(),
-        "manifestErrors": errors,
-    });
-    serde_json::to_vec_pretty(&doc).unwrap_or_default().into()
 }
