@@ -93,11 +93,17 @@ async fn answer(
             "text/plain; version=0.0.4",
             state.prometheus.render().into(),
         ),
+        // Thousands of routes or objects take a while to render: not on an async worker.
         "/config_dump" => {
             let snapshot = state.proxy.snapshot.load_full();
-            match serde_json::to_vec_pretty(&*snapshot) {
-                Ok(v) => body(StatusCode::OK, "application/json", v.into()),
-                Err(e) => {
+            let rendered = tokio::task::spawn_blocking(move || {
+                serde_json::to_vec_pretty(&*snapshot).map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(|e| e.to_string());
+            match rendered {
+                Ok(Ok(v)) => body(StatusCode::OK, "application/json", v.into()),
+                Ok(Err(e)) | Err(e) => {
                     tracing::error!(error = %e, "cannot render config dump");
                     text(
                         StatusCode::INTERNAL_SERVER_ERROR,
@@ -107,7 +113,6 @@ async fn answer(
             }
         }
         "/status" => {
-            // Thousands of objects take a while to render: not on an async worker.
             let doc = state.status.load_full();
             match tokio::task::spawn_blocking(move || doc.render()).await {
                 Ok(rendered) => body(StatusCode::OK, "application/json", rendered),
