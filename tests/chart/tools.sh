@@ -7,6 +7,10 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 tools="$root/target/tools"
 mkdir -p "$tools"
+# Tests run at once and each may call this: one installs, the others wait for it, then
+# find everything in place.
+exec 9>"$tools/.lock"
+flock 9
 
 helm="$tools/helm/helm"
 kubectl="$tools/kubectl/kubectl"
