@@ -105,11 +105,7 @@ pub fn name(key: &ObjectKey) -> String {
     if name.len() <= 63 {
         return name;
     }
-    let mut h: u32 = 0x811c_9dc5;
-    for b in key.namespace.bytes().chain([b'/']).chain(key.name.bytes()) {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
+    let h = super::services::fnv1a_32(key.namespace.bytes().chain([b'/']).chain(key.name.bytes()));
     let head: String = name.chars().take(54).collect();
     format!("{}-{h:08x}", head.trim_end_matches('-'))
 }

@@ -104,13 +104,13 @@ pub(super) fn plan(
                     let current = existing(store, &key).map(|(s, _)| s);
                     let service = desired(&key, gw, &map, &protos, wanted, current);
                     let own = dedicated_objects(settings.dedicated.as_ref(), &key, gw);
-                    let slices = match &own {
-                        Some(Ok((pods_key, _))) => {
-                            let pods = edge_slices::edge_endpoints(store, pods_key);
-                            edge_slices::desired(&key, &service, owner(&key, gw).as_ref(), &pods)
-                        }
-                        _ => edge_slices::desired(&key, &service, owner(&key, gw).as_ref(), &edge),
+                    // A dedicated Gateway's Service names its own pods, not the edge's.
+                    let pods = match &own {
+                        Some(Ok((pods_key, _))) => &edge_slices::edge_endpoints(store, pods_key),
+                        _ => &edge,
                     };
+                    let slices =
+                        edge_slices::desired(&key, &service, owner(&key, gw).as_ref(), pods);
                     let (state, dedicated) = match own {
                         None => (None, None),
                         Some(Ok((pods_key, objects))) => {
@@ -341,13 +341,17 @@ pub fn service_name(gateway: &str) -> String {
     if name.len() <= 63 {
         return name;
     }
-    let mut h: u32 = 0x811c_9dc5;
-    for b in gateway.bytes() {
-        h ^= u32::from(b);
-        h = h.wrapping_mul(0x0100_0193);
-    }
+    let h = fnv1a_32(gateway.bytes());
     let head: String = gateway.chars().take(45).collect();
     format!("{}-{h:08x}-aether", head.trim_end_matches('-'))
+}
+
+/// 32-bit FNV-1a, for the hash that keeps shortened object names distinct. Stable
+/// across Rust releases (unlike std's hasher): names of existing objects depend on it.
+pub(super) fn fnv1a_32(bytes: impl IntoIterator<Item = u8>) -> u32 {
+    bytes.into_iter().fold(0x811c_9dc5, |h: u32, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
 }
 
 /// Is this Service one we manage for the Gateway `key`?
