@@ -11,22 +11,9 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{Api, Client};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{apply, class_and_namespaces, edge_at, edge_pods, eventually, free_port};
-
-async fn admin_get(admin: SocketAddr, path: &str) -> Option<String> {
-    let mut s = tokio::net::TcpStream::connect(admin).await.ok()?;
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.ok()?;
-    Some(out.split_once("\r\n\r\n")?.1.to_owned())
-}
+use crate::{admin_get, apply, class_and_namespaces, edge_at, edge_pods, eventually, free_port};
 
 /// The sum of a counter's series in the edge's /metrics.
 async fn counter(admin: SocketAddr, name: &str) -> Option<f64> {

@@ -312,6 +312,19 @@ fn programmed(gw: &Gateway) -> Option<(String, String)> {
         .map(|c| (c.status.clone(), c.reason.clone()))
 }
 
+/// The body of `GET path` from the edge's admin server, if it answers.
+async fn admin_get(admin: SocketAddr, path: &str) -> Option<String> {
+    let mut s = tokio::net::TcpStream::connect(admin).await.ok()?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    Some(out.split_once("\r\n\r\n")?.1.to_owned())
+}
+
 async fn get(addr: SocketAddr, host: &str) -> Result<String, BoxError> {
     let mut s = tokio::net::TcpStream::connect(addr).await?;
     s.write_all(

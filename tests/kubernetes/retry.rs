@@ -14,7 +14,6 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cluster::{BoxError, Cluster};
 use crate::{Proc, RANGE, apply, eventually, free_port};
@@ -54,13 +53,7 @@ fn find_retry(v: &Value) -> Option<&Value> {
 }
 
 async fn config_dump(admin: SocketAddr) -> Option<Value> {
-    let mut s = tokio::net::TcpStream::connect(admin).await.ok()?;
-    s.write_all(b"GET /config_dump HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n")
-        .await
-        .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.ok()?;
-    serde_json::from_str(out.split_once("\r\n\r\n")?.1).ok()
+    serde_json::from_str(&crate::admin_get(admin, "/config_dump").await?).ok()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
