@@ -120,15 +120,15 @@ pub async fn run(
                 }
                 let (shared2, settings2, addressing2) =
                     (Arc::clone(&shared), settings.clone(), addressing.clone());
-                let outcome = tokio::task::spawn_blocking(move || {
+                let mut outcome = tokio::task::spawn_blocking(move || {
                     let store = shared2.snapshot();
                     reconcile_with(&store, &settings2, &addressing2)
                 })
                 .await
                 .context("reconcile task failed")?;
                 last_reconcile = Some(tokio::time::Instant::now());
-                let services = Arc::new(outcome.services.clone());
-                shared.set_endpoint_interest(outcome.endpoint_interest.clone());
+                let services = Arc::new(std::mem::take(&mut outcome.services));
+                shared.set_endpoint_interest(std::mem::take(&mut outcome.endpoint_interest));
                 publisher.outcome(outcome, Vec::new());
                 status_tx.send_replace(Arc::clone(publisher.statuses()));
                 service_tx.send_replace(services);
