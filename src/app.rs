@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use aether_controller::{Settings, reconcile};
+use aether_controller::{Reconciler, Settings};
 use aether_proxy::http::{ProxyState, UpstreamSettings};
 use aether_proxy::{ListenerManager, overload, telemetry};
 use anyhow::Context;
@@ -91,11 +91,13 @@ async fn run_files(
         None => aether_controller::Statuses::default(),
     };
     let mut control = Control {
-        source: FileSource::new(args.manifests.clone()),
+        paths: args.manifests.clone(),
+        loader: Some(Loader::new(args.manifests.clone(), settings.clone())),
         settings,
         publisher,
         port_state: args.port_state.clone().map(|p| (p, String::new())),
         seed,
+        published_once: false,
     };
     control.reload().await?;
 
@@ -139,34 +141,71 @@ fn install_metrics() -> anyhow::Result<PrometheusHandle> {
 
 /// The file source's side: re-reads the manifests and reconciles on every change.
 struct Control<'p> {
-    source: FileSource,
+    paths: Vec<std::path::PathBuf>,
+    /// Taken while a reload runs on a blocking thread.
+    loader: Option<Loader>,
     settings: Settings,
     publisher: &'p mut Publisher,
     /// `--port-state`: the file and what was last written to it.
     port_state: Option<(std::path::PathBuf, String)>,
     /// L4 route statuses from the port state file, used until the first publish.
     seed: aether_controller::Statuses,
+    /// The first load publishes even an empty configuration (readiness waits for it).
+    published_once: bool,
+}
+
+/// The manifests' Store and the reconciler that keeps what it derived from it.
+struct Loader {
+    source: FileSource,
+    reconciler: Reconciler,
+}
+
+impl Loader {
+    fn new(paths: Vec<std::path::PathBuf>, settings: Settings) -> Self {
+        Self {
+            source: FileSource::new(paths),
+            reconciler: Reconciler::standalone(settings),
+        }
+    }
 }
 
 impl Control<'_> {
-    /// Re-reads the manifests, reconciles, and publishes the result.
+    /// Reads what changed in the manifests, reconciles, and publishes the result. A
+    /// change that leaves the objects and errors as they were publishes nothing.
     async fn reload(&mut self) -> anyhow::Result<()> {
-        let mut source = std::mem::replace(&mut self.source, FileSource::new(Vec::new()));
-        let settings = self.settings.clone();
-        let mut previous = aether_controller::Statuses::clone(self.publisher.statuses());
-        if previous.l4_routes.is_empty() {
-            previous.l4_routes = std::mem::take(&mut self.seed.l4_routes);
+        let Some(mut loader) = self.loader.take() else {
+            anyhow::bail!("a reload is already running");
+        };
+        let mut previous_l4 = self.publisher.statuses().l4_routes.clone();
+        if previous_l4.is_empty() {
+            previous_l4 = std::mem::take(&mut self.seed.l4_routes);
         }
+        let first = !self.published_once;
         // Reading files and reconciling are blocking work; keep them off the async workers.
-        let (source, outcome, errors) = tokio::task::spawn_blocking(move || {
-            let mut loaded = source.load();
-            aether_controller::l4route::carry_status(&mut loaded.store, &previous);
-            let outcome = reconcile(&loaded.store, &settings);
-            (source, outcome, loaded.errors)
-        })
-        .await
-        .context("reconcile task failed")?;
-        self.source = source;
+        let task = tokio::task::spawn_blocking(move || {
+            let loaded = loader.source.load();
+            if !loaded.changed && !first {
+                return (loader, None, loaded.errors);
+            }
+            let store = loader.source.store_mut();
+            aether_controller::l4route::carry_status(store, &previous_l4);
+            let outcome = loader.reconciler.reconcile(loader.source.store());
+            (loader, Some(outcome), loaded.errors)
+        });
+        let (loader, outcome, errors) = match task.await {
+            Ok(done) => done,
+            Err(e) => {
+                // Start over from the files: the next change reloads everything.
+                self.loader = Some(Loader::new(self.paths.clone(), self.settings.clone()));
+                return Err(e).context("reconcile task failed");
+            }
+        };
+        self.loader = Some(loader);
+        let Some(outcome) = outcome else {
+            tracing::debug!("manifests changed nothing; nothing published");
+            return Ok(());
+        };
+        self.published_once = true;
         self.publisher.outcome(outcome, errors);
         if let Some((path, written)) = &mut self.port_state {
             let text = crate::portstate::render(self.publisher.statuses());

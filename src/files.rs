@@ -1,28 +1,56 @@
-//! The standalone source: manifest files, re-read on every change, with the last good
-//! content of each file kept when its new content fails to parse.
+//! The standalone source: manifest files kept in one Store that each change updates by
+//! the objects it touches. A file whose new content fails to parse keeps its last good
+//! content serving.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use aether_controller::manifest::{self, ManifestError};
+use aether_controller::store::ObjectId;
 use aether_controller::{Object, Store};
 use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
 pub struct FileSource {
     paths: Vec<PathBuf>,
-    last_good: BTreeMap<PathBuf, Vec<Object>>,
-    /// Each file's text (by hash) as last parsed, and that parse's errors: a change to
-    /// one file re-parses that file only. YAML parsing was the largest cost of a
-    /// change with thousands of routes in other files.
-    parsed: BTreeMap<PathBuf, (u64, Vec<ManifestError>)>,
+    store: Store,
+    files: BTreeMap<PathBuf, FileState>,
+    /// The files declaring each object, in load order: the last one's version is
+    /// served, as if the files were applied one after another.
+    declared_by: HashMap<ObjectId, Vec<PathBuf>>,
+    /// The errors last reported, so that a load changing nothing publishes nothing.
+    last_errors: Vec<ManifestError>,
 }
 
-/// A load: the Store to reconcile, and what could not be read.
+/// What a file contributes, as last read.
+#[derive(Default)]
+struct FileState {
+    /// Size, modification time and inode, and when the file was last read: a file
+    /// whose stamp is unchanged is not read again once its modification time was
+    /// already old at that read (file times are coarse: two writes within one clock
+    /// tick can leave the same stamp).
+    stamp: Option<(u64, SystemTime, u64)>,
+    read_at: Option<SystemTime>,
+    /// Hash of the whole text last read.
+    hash: u64,
+    /// The hash of every document of the last good content, and what it declares: a
+    /// change re-parses only the documents whose text changed.
+    docs: Vec<(u64, Option<ObjectId>)>,
+    /// Per object declared, the hash of the document that declares it (the last one,
+    /// when a file declares an object twice).
+    objects: BTreeMap<ObjectId, u64>,
+    /// The errors of the last read.
+    errors: Vec<ManifestError>,
+    /// Has any content of this file loaded without errors?
+    seen_good: bool,
+}
+
+/// What a load found.
 pub struct Loaded {
-    pub store: Store,
+    /// Did the Store or the list of errors change? If not there is nothing to publish.
+    pub changed: bool,
     pub errors: Vec<ManifestError>,
 }
 
@@ -30,57 +58,206 @@ impl FileSource {
     pub fn new(paths: Vec<PathBuf>) -> Self {
         Self {
             paths,
-            last_good: BTreeMap::new(),
-            parsed: BTreeMap::new(),
+            store: Store::default(),
+            files: BTreeMap::new(),
+            declared_by: HashMap::new(),
+            last_errors: Vec::new(),
         }
     }
 
-    /// Reads every manifest file. Blocking: call from a blocking thread.
+    /// The objects of every file, as last loaded.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn store_mut(&mut self) -> &mut Store {
+        &mut self.store
+    }
+
+    /// Reads what changed on disk into the Store. Blocking: call from a blocking thread.
     pub fn load(&mut self) -> Loaded {
         let (files, mut errors) = manifest::expand(&self.paths);
+        let mut changed = false;
         // Files that are gone take their objects with them.
-        self.last_good.retain(|p, _| files.contains(p));
-        self.parsed.retain(|p, _| files.contains(p));
-        for file in &files {
-            let text = match std::fs::read_to_string(file) {
-                Ok(t) => t,
-                Err(e) => {
-                    errors.push(ManifestError {
-                        file: file.clone(),
-                        line: None,
-                        reason: e.to_string(),
-                    });
-                    continue;
+        let gone: Vec<PathBuf> = self
+            .files
+            .keys()
+            .filter(|p| !files.contains(p))
+            .cloned()
+            .collect();
+        for file in gone {
+            if let Some(state) = self.files.remove(&file) {
+                for id in state.objects.keys() {
+                    changed |= self.withdraw(&file, id);
                 }
-            };
-            let hash = {
-                let mut h = DefaultHasher::new();
-                text.hash(&mut h);
-                h.finish()
-            };
-            if let Some((seen, seen_errors)) = self.parsed.get(file)
-                && *seen == hash
-            {
-                errors.extend(seen_errors.iter().cloned());
-                continue;
-            }
-            let parsed = manifest::parse(file, &text);
-            self.parsed
-                .insert(file.clone(), (hash, parsed.errors.clone()));
-            if parsed.errors.is_empty() {
-                self.last_good.insert(file.clone(), parsed.objects);
-            } else {
-                for e in &parsed.errors {
-                    tracing::error!(file = %e.file.display(), line = ?e.line, reason = %e.reason, "manifest error; keeping the file's last good content");
-                }
-                errors.extend(parsed.errors);
-                // A file never seen good still contributes the documents that parsed.
-                self.last_good.entry(file.clone()).or_insert(parsed.objects);
             }
         }
-        let store = Store::from_objects(self.last_good.values().flatten().cloned());
-        Loaded { store, errors }
+        for file in &files {
+            changed |= self.load_file(file);
+            if let Some(state) = self.files.get(file) {
+                errors.extend(state.errors.iter().cloned());
+            }
+        }
+        if errors != self.last_errors {
+            changed = true;
+            self.last_errors.clone_from(&errors);
+        }
+        Loaded { changed, errors }
     }
+
+    /// Brings one file's objects up to date; true if the Store changed.
+    fn load_file(&mut self, file: &Path) -> bool {
+        let stamp = stamp(file);
+        let state = self.files.entry(file.to_owned()).or_default();
+        let settled = match (stamp, state.read_at) {
+            (Some((_, modified, _)), Some(read_at)) => modified + STAMP_SETTLED < read_at,
+            _ => false,
+        };
+        if settled && state.stamp == stamp {
+            return false;
+        }
+        state.read_at = Some(SystemTime::now());
+        let text = match std::fs::read_to_string(file) {
+            Ok(t) => t,
+            Err(e) => {
+                state.stamp = None;
+                state.errors = vec![ManifestError {
+                    file: file.to_owned(),
+                    line: None,
+                    reason: e.to_string(),
+                }];
+                return false;
+            }
+        };
+        state.stamp = stamp;
+        let hash = hash_of(&text);
+        if state.seen_good && state.hash == hash {
+            return false;
+        }
+        state.hash = hash;
+        let known: HashMap<u64, Option<ObjectId>> = state.docs.iter().cloned().collect();
+        let mut docs = Vec::new();
+        let mut parsed: HashMap<u64, Object> = HashMap::new();
+        let mut errors = Vec::new();
+        for (first_line, doc) in manifest::documents(&text) {
+            let doc_hash = hash_of(doc);
+            if let Some(id) = known.get(&doc_hash) {
+                docs.push((doc_hash, id.clone()));
+                continue;
+            }
+            match manifest::parse_document(file, first_line, doc) {
+                Ok(object) => {
+                    let id = object.as_ref().map(Object::id);
+                    if let Some(object) = object {
+                        parsed.insert(doc_hash, object);
+                    }
+                    docs.push((doc_hash, id));
+                }
+                Err(e) => errors.push(e),
+            }
+        }
+        if !errors.is_empty() {
+            for e in &errors {
+                tracing::error!(file = %e.file.display(), line = ?e.line, reason = %e.reason, "manifest error; keeping the file's last good content");
+            }
+            state.errors = errors;
+            // A file never seen good still contributes the documents that parsed.
+            if state.seen_good {
+                return false;
+            }
+        } else {
+            state.errors.clear();
+            state.seen_good = true;
+        }
+        let objects: BTreeMap<ObjectId, u64> = docs
+            .iter()
+            .filter_map(|(h, id)| id.clone().map(|id| (id, *h)))
+            .collect();
+        let before = std::mem::take(&mut state.objects);
+        state.docs = docs;
+        state.objects.clone_from(&objects);
+        let mut changed = false;
+        for id in before.keys().filter(|id| !objects.contains_key(*id)) {
+            changed |= self.withdraw(file, id);
+        }
+        for (id, doc_hash) in &objects {
+            if before.get(id) == Some(doc_hash) {
+                continue;
+            }
+            let object = match parsed.remove(doc_hash) {
+                Some(o) => o,
+                // The document is unchanged but now wins over another one declaring
+                // the same object in this file: read it again.
+                None => match self.reparse(file, id) {
+                    Some(o) => o,
+                    None => continue,
+                },
+            };
+            changed |= self.declare(file, id, object);
+        }
+        changed
+    }
+
+    /// `file` declares `object`: the Store takes it unless a later file also declares it.
+    fn declare(&mut self, file: &Path, id: &ObjectId, object: Object) -> bool {
+        let files = self.declared_by.entry(id.clone()).or_default();
+        if let Err(at) = files.binary_search_by(|f| f.as_path().cmp(file)) {
+            files.insert(at, file.to_owned());
+        }
+        if files.last().is_some_and(|last| last != file) {
+            tracing::warn!(object = %id, file = %file.display(), served_from = %files.last().map(|f| f.display().to_string()).unwrap_or_default(), "object declared in several files; the last file's version is served");
+            return false;
+        }
+        self.store.apply(object)
+    }
+
+    /// `file` no longer declares `id`: the Store drops it, or takes the version of the
+    /// file that declares it next.
+    fn withdraw(&mut self, file: &Path, id: &ObjectId) -> bool {
+        let Some(files) = self.declared_by.get_mut(id) else {
+            return false;
+        };
+        let was_served = files.last().is_some_and(|f| f == file);
+        files.retain(|f| f != file);
+        let next = files.last().cloned();
+        if files.is_empty() {
+            self.declared_by.remove(id);
+        }
+        if !was_served {
+            return false;
+        }
+        match next.and_then(|f| self.reparse(&f, id)) {
+            Some(object) => self.store.apply(object),
+            None => self.store.remove(id),
+        }
+    }
+
+    /// The last good version of `id` in `file`, read again (rare: an object declared
+    /// more than once).
+    fn reparse(&self, file: &Path, id: &ObjectId) -> Option<Object> {
+        let text = std::fs::read_to_string(file).ok()?;
+        manifest::parse(file, &text)
+            .objects
+            .into_iter()
+            .rev()
+            .find(|o| o.id() == *id)
+    }
+}
+
+/// How old a modification time must be for an unchanged stamp to prove unchanged
+/// content: well above any file system's timestamp granularity.
+const STAMP_SETTLED: Duration = Duration::from_secs(2);
+
+fn stamp(file: &Path) -> Option<(u64, SystemTime, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(file).ok()?;
+    Some((meta.len(), meta.modified().ok()?, meta.ino()))
+}
+
+fn hash_of(text: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
 }
 
 /// Watches `paths` and sends a tick on every change. A finished write (a file closed
@@ -154,3 +331,7 @@ fn classify(kind: EventKind) -> Option<bool> {
         EventKind::Access(_) | EventKind::Other => None,
     }
 }
+
+#[cfg(test)]
+#[path = "files_tests.rs"]
+mod tests;

@@ -4,13 +4,14 @@
 
 use std::sync::Arc;
 
+use aether_controller::Reconciler;
 use aether_controller::kube::lease::{self, LeaseConfig};
 use aether_controller::kube::services::{Desired, ServiceApplier};
 use aether_controller::kube::status::StatusWriter;
 use aether_controller::kube::watch::{Extra, Shared};
+use aether_controller::reconcile::Addressing;
 use aether_controller::reconcile::dedicated::DedicatedSettings;
 use aether_controller::reconcile::services::ServiceSettings;
-use aether_controller::reconcile::{Addressing, reconcile_with};
 use aether_controller::{Settings, Statuses};
 use anyhow::Context;
 use tokio::signal::unix::{SignalKind, signal};
@@ -96,6 +97,7 @@ pub async fn run(
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut bind_retry = tokio::time::interval(BIND_RETRY);
     let mut last_reconcile: Option<tokio::time::Instant> = None;
+    let mut reconciler: Option<Reconciler> = None;
     loop {
         tokio::select! {
             _ = sigterm.recv() => break,
@@ -118,14 +120,20 @@ pub async fn run(
                 if !shared.is_synced() {
                     continue;
                 }
-                let (shared2, settings2, addressing2) =
-                    (Arc::clone(&shared), settings.clone(), addressing.clone());
-                let mut outcome = tokio::task::spawn_blocking(move || {
+                let shared2 = Arc::clone(&shared);
+                let mut owned = reconciler
+                    .take()
+                    .unwrap_or_else(|| Reconciler::new(settings.clone(), addressing.clone()));
+                // The Store's objects are shared by Arc, so its copy is cheap; the
+                // reconciler reuses what it derived from the objects that did not change.
+                let (back, mut outcome) = tokio::task::spawn_blocking(move || {
                     let store = shared2.snapshot();
-                    reconcile_with(&store, &settings2, &addressing2)
+                    let outcome = owned.reconcile(&store);
+                    (owned, outcome)
                 })
                 .await
                 .context("reconcile task failed")?;
+                reconciler = Some(back);
                 last_reconcile = Some(tokio::time::Instant::now());
                 let services = Arc::new(std::mem::take(&mut outcome.services));
                 shared.set_endpoint_interest(std::mem::take(&mut outcome.endpoint_interest));

@@ -44,7 +44,7 @@ impl L4Kind {
     }
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct L4Route {
     pub kind: L4Kind,
     #[serde(default)]
@@ -56,7 +56,7 @@ pub struct L4Route {
     pub status: Option<L4RouteStatus>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct L4RouteSpec {
     /// The parentRef shape is the same for every route kind.
@@ -69,7 +69,7 @@ pub struct L4RouteSpec {
     pub rules: Vec<L4Rule>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct L4Rule {
     #[serde(default)]
@@ -78,7 +78,7 @@ pub struct L4Rule {
     pub backend_refs: Option<Vec<L4BackendRef>>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct L4BackendRef {
     #[serde(default)]
@@ -97,12 +97,18 @@ pub struct L4BackendRef {
 /// Gives each L4 route of `store` that carries no status of its own the status last
 /// published for it. Standalone mode has no API server to keep status, and port pools
 /// read the ports routes already hold from it (see `reconcile::portpool`).
-pub fn carry_status(store: &mut crate::Store, previous: &crate::Statuses) {
+pub fn carry_status(
+    store: &mut crate::Store,
+    previous: &std::collections::BTreeMap<
+        (L4Kind, crate::ObjectKey),
+        crate::status::ObjectStatus<gateway_api::httproutes::HttpRouteStatus>,
+    >,
+) {
     for (key, route) in &mut store.l4_routes {
         if route.status.is_none()
-            && let Some(s) = previous.l4_routes.get(key)
+            && let Some(s) = previous.get(key)
         {
-            route.status = Some(s.status.clone());
+            std::sync::Arc::make_mut(route).status = Some(s.status.clone());
         }
     }
 }

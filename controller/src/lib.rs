@@ -16,6 +16,6 @@ pub mod store;
 pub mod tls_secret;
 
 pub use k8s_openapi::jiff::Timestamp;
-pub use reconcile::{Outcome, Settings, reconcile};
+pub use reconcile::{Outcome, Reconciler, Settings, reconcile};
 pub use status::Statuses;
 pub use store::{Object, ObjectKey, Store};

@@ -53,41 +53,49 @@ struct TypeMeta {
 pub fn parse(file: &Path, text: &str) -> ParsedFile {
     let mut out = ParsedFile::default();
     for (first_line, doc) in documents(text) {
-        if doc.lines().all(is_blank_or_comment) {
-            continue;
-        }
-        let err = |line: Option<u64>, reason: String| ManifestError {
-            file: file.to_owned(),
-            line: line.map(|l| l + first_line - 1).or(Some(first_line)),
-            reason,
-        };
-        let meta: TypeMeta = match serde_saphyr::from_str(doc) {
-            Ok(m) => m,
-            Err(e) => {
-                out.errors
-                    .push(err(e.location().map(|l| l.line()), first_error_line(&e)));
-                continue;
-            }
-        };
-        match decode(&meta, doc) {
-            Ok(Some(obj)) => {
-                if obj.meta().name.as_deref().unwrap_or_default().is_empty() {
-                    out.errors
-                        .push(err(None, format!("{} has no metadata.name", obj.kind())));
-                } else {
-                    out.objects.push(obj);
-                }
-            }
-            Ok(None) => {
-                tracing::debug!(file = %file.display(), kind = %meta.kind, api_version = %meta.api_version, "ignoring unsupported kind");
-            }
-            Err(e) => out.errors.push(err(
-                e.location().map(|l| l.line()),
-                format!("invalid {}: {}", meta.kind, first_error_line(&e)),
-            )),
+        match parse_document(file, first_line, doc) {
+            Ok(Some(obj)) => out.objects.push(obj),
+            Ok(None) => {}
+            Err(e) => out.errors.push(e),
         }
     }
     out
+}
+
+/// Parses one document of `file` that starts on `first_line`: `None` for an empty
+/// document or a kind the reconciler does not read.
+pub fn parse_document(
+    file: &Path,
+    first_line: u64,
+    doc: &str,
+) -> Result<Option<Object>, ManifestError> {
+    if doc.lines().all(is_blank_or_comment) {
+        return Ok(None);
+    }
+    let err = |line: Option<u64>, reason: String| ManifestError {
+        file: file.to_owned(),
+        line: line.map(|l| l + first_line - 1).or(Some(first_line)),
+        reason,
+    };
+    let meta: TypeMeta = serde_saphyr::from_str(doc)
+        .map_err(|e| err(e.location().map(|l| l.line()), first_error_line(&e)))?;
+    match decode(&meta, doc) {
+        Ok(Some(obj)) => {
+            if obj.meta().name.as_deref().unwrap_or_default().is_empty() {
+                Err(err(None, format!("{} has no metadata.name", obj.kind())))
+            } else {
+                Ok(Some(obj))
+            }
+        }
+        Ok(None) => {
+            tracing::debug!(file = %file.display(), kind = %meta.kind, api_version = %meta.api_version, "ignoring unsupported kind");
+            Ok(None)
+        }
+        Err(e) => Err(err(
+            e.location().map(|l| l.line()),
+            format!("invalid {}: {}", meta.kind, first_error_line(&e)),
+        )),
+    }
 }
 
 fn decode(meta: &TypeMeta, doc: &str) -> Result<Option<Object>, serde_saphyr::Error> {
@@ -151,7 +159,7 @@ fn is_blank_or_comment(line: &str) -> bool {
 /// Splits a multi-document stream at `---` markers, returning each document with the
 /// 1-based line it starts on. A marker can only appear at column 0, where no content of
 /// a Kubernetes object can be, so a line split is exact for these files.
-fn documents(text: &str) -> Vec<(u64, &str)> {
+pub fn documents(text: &str) -> Vec<(u64, &str)> {
     let mut docs = Vec::new();
     let mut start = 0usize;
     let mut start_line = 1u64;

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
@@ -50,6 +51,21 @@ impl fmt::Display for ObjectKey {
 }
 
 pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Which object: its kind and `namespace/name` (an empty namespace for the
+/// cluster-scoped GatewayClass and Namespace). What a source needs to withdraw an
+/// object it no longer declares.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectId {
+    pub kind: &'static str,
+    pub key: ObjectKey,
+}
+
+impl fmt::Display for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.kind, self.key)
+    }
+}
 
 /// The ConfigMap key holding a PEM CA bundle, as the Gateway API names it.
 pub const CA_BUNDLE_KEY: &str = "ca.crt";
@@ -119,6 +135,21 @@ impl Object {
         }
     }
 
+    /// The object's identity, with the namespace defaulted as [`Store::apply`] does.
+    pub fn id(&self) -> ObjectId {
+        let meta = self.meta();
+        let key = match self {
+            Object::GatewayClass(_) | Object::Namespace(_) => {
+                ObjectKey::new("", meta.name.as_deref().unwrap_or_default())
+            }
+            _ => ObjectKey::of(meta),
+        };
+        ObjectId {
+            kind: self.kind(),
+            key,
+        }
+    }
+
     pub fn kind(&self) -> &'static str {
         match self {
             Object::GatewayClass(_) => "GatewayClass",
@@ -140,33 +171,36 @@ impl Object {
     }
 }
 
+/// Objects are kept by `Arc`: a copy of the Store (the Kubernetes source takes one per
+/// reconcile) shares them, and the incremental reconciler tells an unchanged object
+/// from a replaced one by pointer.
 #[derive(Debug, Default, Clone)]
 pub struct Store {
-    pub gateway_classes: BTreeMap<String, GatewayClass>,
-    pub gateways: BTreeMap<ObjectKey, Gateway>,
+    pub gateway_classes: BTreeMap<String, Arc<GatewayClass>>,
+    pub gateways: BTreeMap<ObjectKey, Arc<Gateway>>,
     /// Per Gateway, what its typed form can't hold (see `gateway_ext`).
     pub gateway_ext: BTreeMap<ObjectKey, GatewayExt>,
-    pub http_routes: BTreeMap<ObjectKey, HttpRoute>,
+    pub http_routes: BTreeMap<ObjectKey, Arc<HttpRoute>>,
     /// Per HTTPRoute that has any, its experimental fields (see `route_ext`).
     pub http_route_ext: BTreeMap<ObjectKey, HttpRouteExt>,
     /// GRPCRoutes, in their HTTPRoute form.
-    pub grpc_routes: BTreeMap<ObjectKey, HttpRoute>,
-    pub reference_grants: BTreeMap<ObjectKey, ReferenceGrant>,
+    pub grpc_routes: BTreeMap<ObjectKey, Arc<HttpRoute>>,
+    pub reference_grants: BTreeMap<ObjectKey, Arc<ReferenceGrant>>,
     /// Extra listeners for Gateways that allow them (GEP-1713).
-    pub listener_sets: BTreeMap<ObjectKey, ListenerSet>,
+    pub listener_sets: BTreeMap<ObjectKey, Arc<ListenerSet>>,
     /// Secrets trimmed to their TLS fields (see `tls_secret`).
-    pub secrets: BTreeMap<ObjectKey, Secret>,
+    pub secrets: BTreeMap<ObjectKey, Arc<Secret>>,
     /// Secrets whose TLS fields were over the size cap (kept without data), and why.
     pub oversized_secrets: BTreeMap<ObjectKey, String>,
     /// ConfigMaps, holding only their `ca.crt` (frontend TLS validation CA bundles).
-    pub config_maps: BTreeMap<ObjectKey, ConfigMap>,
-    pub services: BTreeMap<ObjectKey, Service>,
-    pub endpoint_slices: BTreeMap<ObjectKey, EndpointSlice>,
-    pub namespaces: BTreeMap<String, Namespace>,
+    pub config_maps: BTreeMap<ObjectKey, Arc<ConfigMap>>,
+    pub services: BTreeMap<ObjectKey, Arc<Service>>,
+    pub endpoint_slices: BTreeMap<ObjectKey, Arc<EndpointSlice>>,
+    pub namespaces: BTreeMap<String, Arc<Namespace>>,
     /// TCPRoutes, UDPRoutes and TLSRoutes, by kind then `namespace/name`.
-    pub l4_routes: BTreeMap<(L4Kind, ObjectKey), L4Route>,
-    pub pods: BTreeMap<ObjectKey, Pod>,
-    pub backend_tls_policies: BTreeMap<ObjectKey, BackendTlsPolicy>,
+    pub l4_routes: BTreeMap<(L4Kind, ObjectKey), Arc<L4Route>>,
+    pub pods: BTreeMap<ObjectKey, Arc<Pod>>,
+    pub backend_tls_policies: BTreeMap<ObjectKey, Arc<BackendTlsPolicy>>,
     /// Dedicated Gateways' Deployments and PodDisruptionBudgets (metadata only:
     /// name, namespace, labels), in Kubernetes mode.
     pub owned: BTreeMap<(OwnedKind, ObjectKey), ObjectMeta>,
@@ -185,9 +219,24 @@ impl Store {
         store
     }
 
-    /// Inserts or replaces an object. Namespaced objects without a namespace are put
-    /// in `default`, so later lookups never see a missing namespace.
-    pub fn apply(&mut self, object: Object) {
+    /// Inserts or replaces an object; true unless an equal object was already there.
+    /// Namespaced objects without a namespace are put in `default`, so later lookups
+    /// never see a missing namespace.
+    pub fn apply(&mut self, object: Object) -> bool {
+        /// Stores `value`; true if it differs from what was there.
+        fn put<K: Ord, V: PartialEq>(map: &mut BTreeMap<K, V>, key: K, value: V) -> bool {
+            match map.get_mut(&key) {
+                Some(old) if *old == value => false,
+                Some(old) => {
+                    *old = value;
+                    true
+                }
+                None => {
+                    map.insert(key, value);
+                    true
+                }
+            }
+        }
         fn defaulted(meta: &mut ObjectMeta) -> ObjectKey {
             if meta.namespace.is_none() {
                 meta.namespace = Some(DEFAULT_NAMESPACE.to_owned());
@@ -197,42 +246,42 @@ impl Store {
         match object {
             Object::GatewayClass(o) => {
                 let name = o.metadata.name.clone().unwrap_or_default();
-                self.gateway_classes.insert(name, *o);
+                put(&mut self.gateway_classes, name, Arc::new(*o))
             }
             Object::Gateway(mut o, ext) => {
                 let key = defaulted(&mut o.metadata);
-                self.gateway_ext.insert(key.clone(), ext);
-                self.gateways.insert(key, *o);
+                let ext_changed = put(&mut self.gateway_ext, key.clone(), ext);
+                put(&mut self.gateways, key, Arc::new(*o)) | ext_changed
             }
             Object::HttpRoute(mut o, ext) => {
                 let key = defaulted(&mut o.metadata);
-                if ext.is_empty() {
-                    self.http_route_ext.remove(&key);
+                let ext_changed = if ext.is_empty() {
+                    self.http_route_ext.remove(&key).is_some()
                 } else {
-                    self.http_route_ext.insert(key.clone(), ext);
-                }
-                self.http_routes.insert(key, *o);
+                    put(&mut self.http_route_ext, key.clone(), ext)
+                };
+                put(&mut self.http_routes, key, Arc::new(*o)) | ext_changed
             }
             Object::GrpcRoute(mut o) => {
                 let key = defaulted(&mut o.metadata);
-                self.grpc_routes.insert(key, *o);
+                put(&mut self.grpc_routes, key, Arc::new(*o))
             }
             Object::ReferenceGrant(mut o) => {
                 let key = defaulted(&mut o.metadata);
-                self.reference_grants.insert(key, *o);
+                put(&mut self.reference_grants, key, Arc::new(*o))
             }
             Object::ListenerSet(mut o) => {
                 let key = defaulted(&mut o.metadata);
-                self.listener_sets.insert(key, *o);
+                put(&mut self.listener_sets, key, Arc::new(*o))
             }
             Object::Secret(mut o) => {
                 let key = defaulted(&mut o.metadata);
                 let (kept, too_large) = crate::tls_secret::trim(*o);
-                match too_large {
-                    Some(why) => self.oversized_secrets.insert(key.clone(), why),
-                    None => self.oversized_secrets.remove(&key),
+                let size_changed = match too_large {
+                    Some(why) => put(&mut self.oversized_secrets, key.clone(), why),
+                    None => self.oversized_secrets.remove(&key).is_some(),
                 };
-                self.secrets.insert(key, kept);
+                put(&mut self.secrets, key, Arc::new(kept)) | size_changed
             }
             Object::ConfigMap(mut o) => {
                 let key = defaulted(&mut o.metadata);
@@ -242,27 +291,27 @@ impl Store {
                     data.retain(|k, _| k == CA_BUNDLE_KEY);
                 }
                 o.binary_data = None;
-                self.config_maps.insert(key, *o);
+                put(&mut self.config_maps, key, Arc::new(*o))
             }
             Object::Service(mut o) => {
                 let key = defaulted(&mut o.metadata);
-                self.services.insert(key, *o);
+                put(&mut self.services, key, Arc::new(*o))
             }
             Object::EndpointSlice(mut o) => {
                 let key = defaulted(&mut o.metadata);
-                self.endpoint_slices.insert(key, *o);
+                put(&mut self.endpoint_slices, key, Arc::new(*o))
             }
             Object::Namespace(o) => {
                 let name = o.metadata.name.clone().unwrap_or_default();
-                self.namespaces.insert(name, *o);
+                put(&mut self.namespaces, name, Arc::new(*o))
             }
             Object::L4Route(mut o) => {
                 let key = defaulted(&mut o.metadata);
-                self.l4_routes.insert((o.kind, key), *o);
+                put(&mut self.l4_routes, (o.kind, key), Arc::new(*o))
             }
             Object::Pod(mut o) => {
                 let key = defaulted(&mut o.metadata);
-                self.pods.insert(key, trimmed(*o));
+                put(&mut self.pods, key, Arc::new(trimmed(*o)))
             }
             Object::Owned(kind, mut meta) => {
                 let key = defaulted(&mut meta);
@@ -272,11 +321,49 @@ impl Store {
                     labels: meta.labels.take(),
                     ..ObjectMeta::default()
                 };
-                self.owned.insert((kind, key), kept);
+                put(&mut self.owned, (kind, key), kept)
             }
             Object::BackendTlsPolicy(mut o) => {
                 let key = defaulted(&mut o.metadata);
-                self.backend_tls_policies.insert(key, *o);
+                put(&mut self.backend_tls_policies, key, Arc::new(*o))
+            }
+        }
+    }
+
+    /// Removes the object `id` names, and what is kept beside it; true if it was there.
+    pub fn remove(&mut self, id: &ObjectId) -> bool {
+        let key = &id.key;
+        match id.kind {
+            "GatewayClass" => self.gateway_classes.remove(&key.name).is_some(),
+            "Gateway" => {
+                self.gateway_ext.remove(key);
+                self.gateways.remove(key).is_some()
+            }
+            "HTTPRoute" => {
+                self.http_route_ext.remove(key);
+                self.http_routes.remove(key).is_some()
+            }
+            "GRPCRoute" => self.grpc_routes.remove(key).is_some(),
+            "ReferenceGrant" => self.reference_grants.remove(key).is_some(),
+            "ListenerSet" => self.listener_sets.remove(key).is_some(),
+            "Secret" => {
+                self.oversized_secrets.remove(key);
+                self.secrets.remove(key).is_some()
+            }
+            "ConfigMap" => self.config_maps.remove(key).is_some(),
+            "Service" => self.services.remove(key).is_some(),
+            "EndpointSlice" => self.endpoint_slices.remove(key).is_some(),
+            "Namespace" => self.namespaces.remove(&key.name).is_some(),
+            "Pod" => self.pods.remove(key).is_some(),
+            "BackendTLSPolicy" => self.backend_tls_policies.remove(key).is_some(),
+            kind => {
+                if let Some(l4) = L4Kind::from_kind(kind) {
+                    return self.l4_routes.remove(&(l4, key.clone())).is_some();
+                }
+                let owned = [OwnedKind::Deployment, OwnedKind::PodDisruptionBudget]
+                    .into_iter()
+                    .find(|o| o.as_str() == kind);
+                owned.is_some_and(|o| self.owned.remove(&(o, key.clone())).is_some())
             }
         }
     }

@@ -557,3 +557,77 @@ spec:
     .await?;
     env.pass()
 }
+
+/// Writes that change no object publish nothing: a non-YAML file written over and over,
+/// a manifest rewritten with the same text, and a manifest rewritten with other
+/// formatting for the same documents leave the configuration generation where it was;
+/// a real change then publishes exactly once more and is served.
+#[tokio::test(flavor = "multi_thread")]
+async fn writes_that_change_nothing_publish_nothing() -> TestResult {
+    let env = TestEnv::new(97)?;
+    let net = env.net;
+    let gw = net.gw();
+    std::fs::write(env.manifests().join("infra.yaml"), standard_infra(net))?;
+    let routes = route(
+        "default",
+        "route-foo",
+        "edge",
+        &["foo.example.com"],
+        &[("PathPrefix", "/", "svc-a")],
+    );
+    let routes_file = env.manifests().join("routes.yaml");
+    std::fs::write(&routes_file, &routes)?;
+    let _echoes = env.spawn_echoes().await?;
+    let _edge = env.spawn_edge("edge").await?;
+    env.wait_listener(gw).await?;
+    let e = env.h1(gw, "foo.example.com", "/").await?.echo()?;
+    ensure!(e.name() == "a", "foo went to {}", e.0);
+    let before = metric(net, "aether_config_generation").await?;
+
+    for i in 0..20 {
+        std::fs::write(env.manifests().join("edge.log"), format!("line {i}\n"))?;
+        if i % 4 == 0 {
+            std::fs::write(&routes_file, &routes)?;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The same documents, re-serialized with a comment and blank lines between them.
+    std::fs::write(&routes_file, format!("# the same route\n\n{routes}\n\n"))?;
+    // Longer than the file watch needs to deliver every event above.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after = metric(net, "aether_config_generation").await?;
+    ensure!(
+        after == before,
+        "writes that change nothing published generations {before} -> {after}"
+    );
+
+    std::fs::write(
+        &routes_file,
+        route(
+            "default",
+            "route-foo",
+            "edge",
+            &["foo.example.com", "foo2.example.com"],
+            &[("PathPrefix", "/", "svc-a")],
+        ),
+    )?;
+    let src = net.client_ip();
+    eventually(
+        "the real change is served",
+        NEW_ROUTE_BOUND,
+        || async move {
+            let e = h1_get_from(src, gw, "foo2.example.com", "/")
+                .await?
+                .echo()?;
+            ensure!(e.name() == "a", "foo2 went to {}", e.0);
+            Ok(())
+        },
+    )
+    .await?;
+    let changed = metric(net, "aether_config_generation").await?;
+    ensure!(
+        changed == before + 1.0,
+        "one change published generations {before} -> {changed}"
+    );
+    env.pass()
+}

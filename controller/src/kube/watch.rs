@@ -493,8 +493,12 @@ fn start<K: Kind>(api: Api<K>, config: watcher::Config, shared: &Arc<Shared>) {
         while let Some(event) = stream.next().await {
             match event {
                 Ok(Event::Apply(o)) => match o.endpoints_of() {
-                    Some(service) => shared.update_endpoints(service, |s| s.apply(o.object())),
-                    None => shared.update(|s| s.apply(o.object())),
+                    Some(service) => shared.update_endpoints(service, |s| {
+                        s.apply(o.object());
+                    }),
+                    None => shared.update(|s| {
+                        s.apply(o.object());
+                    }),
                 },
                 Ok(Event::Delete(o)) => match o.endpoints_of() {
                     Some(service) => {

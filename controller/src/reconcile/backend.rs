@@ -22,16 +22,23 @@ pub struct RefProblem {
     pub message: String,
 }
 
+/// The `Backend` of each Service port, as built.
+pub type BackendCache = BTreeMap<(ObjectKey, i32, UpstreamProtocol, Alpn), Arc<Backend>>;
+
 /// Resolves backendRefs against the Store, sharing one `Backend` (and so one
-/// round-robin cursor) per Service port across all routes of a reconcile.
+/// round-robin cursor) per Service port across all routes: within a reconcile, and
+/// across reconciles for Services the incremental reconciler knows are unchanged.
 pub struct BackendResolver<'s> {
     store: &'s Store,
-    slices: HashMap<ObjectKey, Vec<&'s EndpointSlice>>,
-    cache: BTreeMap<(ObjectKey, i32, UpstreamProtocol, Alpn), Arc<Backend>>,
+    /// EndpointSlices by Service, indexed on the first Backend built.
+    slices: Option<HashMap<ObjectKey, Vec<&'s EndpointSlice>>>,
+    cache: BackendCache,
     policies: PolicyIndex,
     /// Every Service a backendRef named, resolvable or not: their EndpointSlices are
     /// what this reconcile depends on (see `Outcome::endpoint_interest`).
     referenced: BTreeSet<ObjectKey>,
+    /// The Services named since [`BackendResolver::record`]: what one route depends on.
+    recording: Option<BTreeSet<ObjectKey>>,
 }
 
 /// The fields of a backendRef, whatever route kind it came from.
@@ -44,28 +51,52 @@ pub struct BackendRefSpec<'a> {
 }
 
 impl<'s> BackendResolver<'s> {
-    pub fn new(store: &'s Store) -> Self {
-        let mut slices: HashMap<ObjectKey, Vec<&EndpointSlice>> = HashMap::new();
-        for (key, slice) in &store.endpoint_slices {
-            if let Some(svc) = slice
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(SERVICE_NAME_LABEL))
-            {
-                slices
-                    .entry(ObjectKey::new(key.namespace.clone(), svc.clone()))
-                    .or_default()
-                    .push(slice);
-            }
-        }
+    /// A resolver that reuses `cache`'s Backends: every entry must still be what this
+    /// Store would build.
+    pub fn with_cache(store: &'s Store, cache: BackendCache) -> Self {
         Self {
             store,
-            slices,
-            cache: BTreeMap::new(),
+            slices: None,
+            cache,
             policies: PolicyIndex::new(store),
             referenced: BTreeSet::new(),
+            recording: None,
         }
+    }
+
+    /// The Backends built or reused, for the next reconcile.
+    pub fn into_cache(self) -> BackendCache {
+        self.cache
+    }
+
+    /// Starts recording the Services resolved from here on.
+    pub fn record(&mut self) {
+        self.recording = Some(BTreeSet::new());
+    }
+
+    /// The Services resolved since [`BackendResolver::record`].
+    pub fn recorded(&mut self) -> BTreeSet<ObjectKey> {
+        self.recording.take().unwrap_or_default()
+    }
+
+    /// The Service an EndpointSlice belongs to, by its well-known label.
+    pub fn service_of(slice_key: &ObjectKey, slice: &EndpointSlice) -> Option<ObjectKey> {
+        let svc = slice.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?;
+        Some(ObjectKey::new(slice_key.namespace.clone(), svc.clone()))
+    }
+
+    fn slices_of(&mut self, service: &ObjectKey) -> &[&'s EndpointSlice] {
+        let store = self.store;
+        let slices = self.slices.get_or_insert_with(|| {
+            let mut slices: HashMap<ObjectKey, Vec<&EndpointSlice>> = HashMap::new();
+            for (key, slice) in &store.endpoint_slices {
+                if let Some(svc) = Self::service_of(key, slice) {
+                    slices.entry(svc).or_default().push(slice);
+                }
+            }
+            slices
+        });
+        slices.get(service).map_or(&[], Vec::as_slice)
     }
 
     /// The Services backendRefs named so far.
@@ -96,6 +127,9 @@ impl<'s> BackendResolver<'s> {
         }
         let namespace = r.namespace.unwrap_or(route_namespace);
         self.referenced.insert(ObjectKey::new(namespace, r.name));
+        if let Some(recording) = &mut self.recording {
+            recording.insert(ObjectKey::new(namespace, r.name));
+        }
         if namespace != route_namespace
             && !self.store.reference_granted(
                 from_kind,
@@ -161,7 +195,8 @@ impl<'s> BackendResolver<'s> {
             .policies
             .lookup(&key, service_port.name.as_deref(), alpn);
         let mut endpoints: Vec<(SocketAddr, Option<Arc<str>>)> = Vec::new();
-        for slice in self.slices.get(&key).into_iter().flatten() {
+        let slices: Vec<&EndpointSlice> = self.slices_of(&key).to_vec();
+        for slice in slices {
             let target = slice
                 .ports
                 .iter()

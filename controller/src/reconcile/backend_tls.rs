@@ -55,8 +55,11 @@ pub struct PolicyIndex {
 
 impl PolicyIndex {
     pub fn new(store: &Store) -> Self {
-        let mut ordered: Vec<(&ObjectKey, &BackendTlsPolicy)> =
-            store.backend_tls_policies.iter().collect();
+        let mut ordered: Vec<(&ObjectKey, &BackendTlsPolicy)> = store
+            .backend_tls_policies
+            .iter()
+            .map(|(k, p)| (k, &**p))
+            .collect();
         ordered.sort_by_key(|(k, p)| {
             let created = p.metadata.creation_timestamp.as_ref();
             (created.map_or(0, |t| t.0.as_second()), *k)

@@ -12,6 +12,7 @@ mod filters;
 mod frontend_tls;
 mod gateway;
 pub mod hostname;
+mod incremental;
 mod l4;
 mod l4_translate;
 pub mod listenerset;
@@ -35,6 +36,8 @@ use gateway_api::gateways::{
 };
 use gateway_api::httproutes::HttpRouteStatus;
 use ipnet::IpNet;
+
+pub use self::incremental::Reconciler;
 
 use self::address::{AddressError, AddressRequest};
 use self::conditions as cond;
@@ -94,8 +97,24 @@ pub fn reconcile(store: &Store, settings: &Settings) -> Outcome {
 }
 
 /// Reconcile with an explicit addressing mode (`settings.address_pool` is used only by
-/// [`Addressing::LocalPool`]).
+/// [`Addressing::LocalPool`]): the full reconcile, with nothing reused. A source that
+/// reconciles again and again keeps a [`Reconciler`] instead.
 pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressing) -> Outcome {
+    run(
+        store,
+        settings,
+        addressing,
+        &mut incremental::Memo::default(),
+    )
+}
+
+/// The phases of a reconcile; `memo` holds what earlier runs derived and may be reused.
+fn run(
+    store: &Store,
+    settings: &Settings,
+    addressing: &Addressing,
+    memo: &mut incremental::Memo,
+) -> Outcome {
     let mut statuses = Statuses::default();
     let mut ours: BTreeSet<&str> = BTreeSet::new();
     for (name, class) in &store.gateway_classes {
@@ -120,6 +139,7 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
         .gateways
         .iter()
         .filter(|(_, g)| ours.contains(g.spec.gateway_class_name.as_str()))
+        .map(|(k, g)| (k, &**g))
         .collect();
     // Oldest first, so an established Gateway keeps an address a newcomer also asks for.
     ordered.sort_by_key(|(k, g)| {
@@ -165,21 +185,10 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
         shared::resolve_conflicts(&order, &mut models);
     }
 
-    let mut resolver = backend::BackendResolver::new(store);
-    // HTTPRoutes and GRPCRoutes (in HTTPRoute form) share attachment and route tables.
-    let http = store
-        .http_routes
-        .iter()
-        .map(|(k, r)| (k, r, "HTTPRoute", store.http_route_ext.get(k)));
-    let grpc = store
-        .grpc_routes
-        .iter()
-        .map(|(k, r)| (k, r, "GRPCRoute", None));
-    let routes: Vec<_> = http
-        .chain(grpc)
-        .map(|(k, r, kind, ext)| (route::compile(k.clone(), kind, r, ext, &mut resolver), r))
-        .collect();
-    let route_parents = route::attach(
+    let changes = memo.observe(store);
+    let mut resolver = backend::BackendResolver::with_cache(store, memo.take_backends(&changes));
+    let routes = memo.compile_routes(store, &changes, &mut resolver);
+    let route_parents = memo.attach_routes(
         store,
         &sets,
         &settings.controller_name,
@@ -206,7 +215,7 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
     let l4_routes: Vec<_> = store
         .l4_routes
         .iter()
-        .map(|((kind, k), r)| (l4::compile(*kind, k.clone(), r, &mut resolver), r))
+        .map(|((kind, k), r)| (l4::compile(*kind, k.clone(), r, &mut resolver), &**r))
         .collect();
     statuses.l4_routes = l4::attach(
         store,
@@ -239,7 +248,7 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
         _ => None,
     };
     let internal = served.as_ref();
-    let mut snapshot = translate::snapshot(&models, &routes, internal);
+    let mut snapshot = memo.translate.snapshot(&models, &routes, internal);
     l4_translate::add_listeners(&mut snapshot, &models, &l4_routes, internal);
     let (set_statuses, attached_sets) = listenerset::statuses(&sets, &models);
     statuses.listener_sets = set_statuses;
@@ -277,12 +286,14 @@ pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressin
         );
     }
     let mut endpoint_interest = resolver.referenced().clone();
+    endpoint_interest.extend(memo.route_interest().cloned());
     match addressing {
         Addressing::InternalPorts { service, .. } | Addressing::SharedService { service, .. } => {
             endpoint_interest.insert(service.edge_service.clone());
         }
         Addressing::LocalPool(_) => {}
     }
+    memo.keep_backends(resolver.into_cache());
     let services = plan.map(|p| p.services).unwrap_or_default();
     for objects in services.values() {
         let owned = std::iter::once(&objects.service.metadata)

@@ -303,36 +303,78 @@ fn anchored(re: &str) -> Result<Regex, String> {
         .map_err(|e| format!("invalid regular expression {re:?}: {e}"))
 }
 
-/// Attaches every route to the listeners its parentRefs select and returns the route
-/// statuses in `routes` order, one parent entry per parentRef that names one of our
-/// Gateways.
-pub fn attach(
+/// Where a route attached: a listener of one Gateway, and the hostnames it serves there.
+#[derive(Clone)]
+pub struct Placement {
+    pub gateway: ObjectKey,
+    pub listener: usize,
+    pub hostnames: Vec<Option<String>>,
+}
+
+/// What attaching one route decided: its status parents and where it serves.
+#[derive(Clone)]
+pub struct Attached {
+    pub parents: Vec<HttpRouteStatusParents>,
+    pub placements: Vec<Placement>,
+}
+
+/// Decides where one route attaches. Reads the listeners only, so routes can be
+/// attached in any order and a route's decision reused while its inputs stand.
+pub fn attach_route(
     store: &Store,
     sets: &ListenerSets,
     controller_name: &str,
-    routes: &[(RouteModel, &HttpRoute)],
-    gateways: &mut BTreeMap<ObjectKey, GatewayModel<'_>>,
-) -> Vec<Vec<HttpRouteStatusParents>> {
-    let mut statuses = Vec::with_capacity(routes.len());
-    for (index, (model, route)) in routes.iter().enumerate() {
-        let mut parents = Vec::new();
-        for parent in route.spec.parent_refs.iter().flatten() {
-            let Some(target) = parent_target(sets, parent, &model.key.namespace) else {
-                continue;
-            };
-            let Some(gateway) = gateways.get_mut(&target.gateway) else {
-                continue;
-            };
-            let accepted = attach_one(store, index, model, route, parent, &target, gateway);
-            let mut conditions = vec![accepted, refs_condition(model.generation, &model.refs)];
-            if let Some((why, false)) = model.rule_problem() {
-                conditions.push(cond::partially_invalid(model.generation, why));
-            }
-            parents.push(parent_status(controller_name, parent, &target, conditions));
+    model: &RouteModel,
+    route: &HttpRoute,
+    gateways: &BTreeMap<ObjectKey, GatewayModel<'_>>,
+) -> Attached {
+    let mut parents = Vec::new();
+    let mut placements = Vec::new();
+    for parent in route.spec.parent_refs.iter().flatten() {
+        let Some(target) = parent_target(sets, parent, &model.key.namespace) else {
+            continue;
+        };
+        let Some(gateway) = gateways.get(&target.gateway) else {
+            continue;
+        };
+        let accepted = attach_one(
+            store,
+            model,
+            route,
+            parent,
+            &target,
+            gateway,
+            &mut placements,
+        );
+        let mut conditions = vec![accepted, refs_condition(model.generation, &model.refs)];
+        if let Some((why, false)) = model.rule_problem() {
+            conditions.push(cond::partially_invalid(model.generation, why));
         }
-        statuses.push(parents);
+        parents.push(parent_status(controller_name, parent, &target, conditions));
     }
-    statuses
+    Attached {
+        parents,
+        placements,
+    }
+}
+
+/// Records route `index`'s placements on the listeners.
+pub fn place(
+    index: usize,
+    placements: &[Placement],
+    gateways: &mut BTreeMap<ObjectKey, GatewayModel<'_>>,
+) {
+    for p in placements {
+        if let Some(listener) = gateways
+            .get_mut(&p.gateway)
+            .and_then(|g| g.listeners.get_mut(p.listener))
+        {
+            listener.attachments.push(RouteAttachment {
+                route: index,
+                hostnames: p.hostnames.clone(),
+            });
+        }
+    }
 }
 
 /// ResolvedRefs from a route's first backendRef problem.
@@ -374,12 +416,12 @@ pub(super) fn parent_status(
 /// returns the parent's Accepted condition.
 fn attach_one(
     store: &Store,
-    index: usize,
     model: &RouteModel,
     route: &HttpRoute,
     parent: &HttpRouteParentRefs,
     target: &ParentTarget,
-    gateway: &mut GatewayModel<'_>,
+    gateway: &GatewayModel<'_>,
+    placements: &mut Vec<Placement>,
 ) -> Condition {
     let generation = model.generation;
     if let Some((why, true)) = model.rule_problem() {
@@ -406,10 +448,10 @@ fn attach_one(
             target.no_listener_message(gateway),
         );
     }
-    let gw_ns = gateway.key.namespace.clone();
+    let gw_ns = gateway.key.namespace.as_str();
     let allowed: Vec<usize> = selected
         .into_iter()
-        .filter(|&i| gateway.listeners[i].allows(store, &gw_ns, &model.key.namespace, model.kind))
+        .filter(|&i| gateway.listeners[i].allows(store, gw_ns, &model.key.namespace, model.kind))
         .collect();
     if allowed.is_empty() {
         return cond::not_accepted(
@@ -434,11 +476,17 @@ fn attach_one(
     let route_hosts = route.spec.hostnames.as_deref().unwrap_or_default();
     let mut attached = 0;
     for i in allowed {
-        let listener = &mut gateway.listeners[i];
+        let listener = &gateway.listeners[i];
         if let Some(hostnames) = hostname::effective(listener.spec.hostname.as_deref(), route_hosts)
         {
-            listener.attachments.push(RouteAttachment {
-                route: index,
+            // Virtual hosts are keyed by the lower-case name.
+            let hostnames = hostnames
+                .into_iter()
+                .map(|h| h.map(|h| h.to_ascii_lowercase()))
+                .collect();
+            placements.push(Placement {
+                gateway: gateway.key.clone(),
+                listener: i,
                 hostnames,
             });
             attached += 1;

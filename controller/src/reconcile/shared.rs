@@ -110,7 +110,7 @@ pub(super) fn adjust_status(
     status: &mut GatewayStatus,
 ) -> Vec<String> {
     let wanted = routability::request(gw, store.gateway_ext.get(&model.key));
-    let edge = store.services.get(&settings.edge_service);
+    let edge = store.services.get(&settings.edge_service).map(|s| &**s);
     let assigned = routability::assign(&wanted, edge);
     let unsatisfiable = wanted.unsatisfiable();
     let forced = unsatisfiable.is_some();

@@ -73,6 +73,12 @@ pub struct VirtualHost {
 }
 
 impl VirtualHost {
+    /// A virtual host of `entries`, put in precedence order.
+    pub fn new(mut entries: Vec<RouteEntry>) -> Self {
+        entries.sort_by(RouteEntry::cmp_precedence);
+        Self { entries }
+    }
+
     pub fn find(
         &self,
         method: &Method,
@@ -93,9 +99,11 @@ impl VirtualHost {
 /// Hostnames are at most 253 bytes; anything longer cannot match a route.
 const MAX_HOST: usize = 253;
 
+/// Virtual hosts are shared by `Arc`: a new table for a change to one hostname reuses
+/// every other hostname's virtual host from the table it replaces.
 #[derive(Debug, Default)]
 pub struct RouteTable {
-    hosts: HostMap<VirtualHost>,
+    hosts: HostMap<Arc<VirtualHost>>,
 }
 
 impl RouteTable {
@@ -107,7 +115,21 @@ impl RouteTable {
     /// case-insensitively, exact names before wildcards, longer wildcards first.
     pub fn virtual_host(&self, authority: &str) -> Option<&VirtualHost> {
         let mut buf = [0u8; MAX_HOST];
-        self.hosts.get(normalise_host(authority, &mut buf))
+        self.hosts
+            .get(normalise_host(authority, &mut buf))
+            .map(Arc::as_ref)
+    }
+
+    /// A table of ready virtual hosts (`None`: any host; `*.x`: a wildcard); the first
+    /// given for a hostname is kept.
+    pub fn from_hosts<'h>(
+        hosts: impl IntoIterator<Item = (Option<&'h str>, Arc<VirtualHost>)>,
+    ) -> Self {
+        let mut table = RouteTable::default();
+        for (host, vhost) in hosts {
+            table.hosts.insert_first(host, vhost);
+        }
+        table
     }
 
     pub fn is_empty(&self) -> bool {
@@ -147,11 +169,10 @@ impl RouteTableBuilder {
 
     pub fn build(self) -> RouteTable {
         let mut table = RouteTable::default();
-        for (host, mut entries) in self.hosts {
-            entries.sort_by(RouteEntry::cmp_precedence);
+        for (host, entries) in self.hosts {
             table
                 .hosts
-                .insert_first(host.as_deref(), VirtualHost { entries });
+                .insert_first(host.as_deref(), Arc::new(VirtualHost::new(entries)));
         }
         table
     }

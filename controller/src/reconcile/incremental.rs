@@ -1,0 +1,433 @@
+//! The reconciler that keeps what it derived: a change costs what it touches.
+//!
+//! [`Reconciler::reconcile`] runs the same phases as a full reconcile, but each
+//! expensive phase reuses what the last run derived from inputs that have not changed
+//! since, telling changed objects from unchanged ones by the Store's `Arc`s:
+//! - a route is compiled again only when it, or a Service or EndpointSlice its
+//!   backendRefs resolved, changed (Pods, ReferenceGrants, BackendTLSPolicies and
+//!   ConfigMaps, which are rare and read from everywhere, make every route stale);
+//! - a route's attachment (its status parents and the listeners it serves on) is
+//!   reused while its model and the Gateway side (classes, Gateways, ListenerSets,
+//!   Secrets, ConfigMaps, Namespaces, ReferenceGrants) stand;
+//! - the Snapshot shares each unchanged route's rule actions and each unchanged
+//!   hostname's virtual host with the one before (see `translate::TranslateMemo`).
+//!
+//! A fresh `Reconciler` has nothing to reuse, so its first run *is* the full reconcile;
+//! the property test in `incremental_tests` holds a long-lived one to a fresh one after
+//! every step of random changes.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use gateway_api::backendtlspolicies::BackendTlsPolicy;
+use gateway_api::gatewayclasses::GatewayClass;
+use gateway_api::gateways::Gateway;
+use gateway_api::httproutes::HttpRoute;
+use gateway_api::listenersets::ListenerSet;
+use gateway_api::referencegrants::ReferenceGrant;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use super::backend::{BackendCache, BackendResolver};
+use super::route::{Attached, RouteModel};
+use super::translate::TranslateMemo;
+use super::{Addressing, Outcome, Settings};
+use crate::route_ext::HttpRouteExt;
+use crate::store::{ObjectKey, Store};
+
+/// A reconciler for one source's Store, reused across changes.
+pub struct Reconciler {
+    settings: Settings,
+    addressing: Addressing,
+    memo: Memo,
+}
+
+impl Reconciler {
+    pub fn new(settings: Settings, addressing: Addressing) -> Self {
+        Self {
+            settings,
+            addressing,
+            memo: Memo::default(),
+        }
+    }
+
+    /// Standalone mode: addresses from `settings.address_pool`.
+    pub fn standalone(settings: Settings) -> Self {
+        let addressing = Addressing::LocalPool(settings.address_pool);
+        Self::new(settings, addressing)
+    }
+
+    /// The Outcome a full reconcile of `store` would give.
+    pub fn reconcile(&mut self, store: &Store) -> Outcome {
+        super::run(store, &self.settings, &self.addressing, &mut self.memo)
+    }
+}
+
+/// What one run keeps for the next.
+#[derive(Default)]
+pub(super) struct Memo {
+    http_routes: HashMap<ObjectKey, CachedRoute>,
+    grpc_routes: HashMap<ObjectKey, CachedRoute>,
+    /// How many cached routes resolved each Service: the endpoint interest of routes
+    /// not compiled again.
+    interest: BTreeMap<ObjectKey, usize>,
+    backends: BackendCache,
+    seen: Seen,
+    pub(super) translate: TranslateMemo,
+}
+
+struct CachedRoute {
+    object: Arc<HttpRoute>,
+    ext: Option<HttpRouteExt>,
+    model: Arc<RouteModel>,
+    /// The Services its compile resolved.
+    referenced: BTreeSet<ObjectKey>,
+    /// Its attachment, decided on the Gateway side as it stood then.
+    attached: Option<Attached>,
+}
+
+/// The inputs as the last run saw them. Holding the `Arc`s keeps those objects alive,
+/// so an unchanged pointer really is the same object (no address reuse).
+#[derive(Default)]
+struct Seen {
+    services: BTreeMap<ObjectKey, Arc<Service>>,
+    slices: BTreeMap<ObjectKey, Arc<EndpointSlice>>,
+    /// Everything else a route's compile may read.
+    backend_side: Option<BackendSide>,
+    /// Everything a route's attachment may read besides the route itself.
+    gateway_side: Option<GatewaySide>,
+}
+
+#[derive(Clone)]
+struct BackendSide {
+    pods: BTreeMap<ObjectKey, Arc<Pod>>,
+    grants: BTreeMap<ObjectKey, Arc<ReferenceGrant>>,
+    policies: BTreeMap<ObjectKey, Arc<BackendTlsPolicy>>,
+    config_maps: BTreeMap<ObjectKey, Arc<ConfigMap>>,
+}
+
+impl BackendSide {
+    fn of(store: &Store) -> Self {
+        Self {
+            pods: store.pods.clone(),
+            grants: store.reference_grants.clone(),
+            policies: store.backend_tls_policies.clone(),
+            config_maps: store.config_maps.clone(),
+        }
+    }
+
+    fn same(&self, store: &Store) -> bool {
+        same(&self.pods, &store.pods)
+            && same(&self.grants, &store.reference_grants)
+            && same(&self.policies, &store.backend_tls_policies)
+            && same(&self.config_maps, &store.config_maps)
+    }
+}
+
+#[derive(Clone)]
+struct GatewaySide {
+    classes: BTreeMap<String, Arc<GatewayClass>>,
+    gateways: BTreeMap<ObjectKey, Arc<Gateway>>,
+    gateway_ext: BTreeMap<ObjectKey, crate::gateway_ext::GatewayExt>,
+    sets: BTreeMap<ObjectKey, Arc<ListenerSet>>,
+    secrets: BTreeMap<ObjectKey, Arc<Secret>>,
+    oversized_secrets: BTreeMap<ObjectKey, String>,
+    config_maps: BTreeMap<ObjectKey, Arc<ConfigMap>>,
+    namespaces: BTreeMap<String, Arc<Namespace>>,
+    grants: BTreeMap<ObjectKey, Arc<ReferenceGrant>>,
+}
+
+impl GatewaySide {
+    fn of(store: &Store) -> Self {
+        Self {
+            classes: store.gateway_classes.clone(),
+            gateways: store.gateways.clone(),
+            gateway_ext: store.gateway_ext.clone(),
+            sets: store.listener_sets.clone(),
+            secrets: store.secrets.clone(),
+            oversized_secrets: store.oversized_secrets.clone(),
+            config_maps: store.config_maps.clone(),
+            namespaces: store.namespaces.clone(),
+            grants: store.reference_grants.clone(),
+        }
+    }
+
+    fn same(&self, store: &Store) -> bool {
+        same(&self.classes, &store.gateway_classes)
+            && same(&self.gateways, &store.gateways)
+            && self.gateway_ext == store.gateway_ext
+            && same(&self.sets, &store.listener_sets)
+            && same(&self.secrets, &store.secrets)
+            && self.oversized_secrets == store.oversized_secrets
+            && same(&self.config_maps, &store.config_maps)
+            && same(&self.namespaces, &store.namespaces)
+            && same(&self.grants, &store.reference_grants)
+    }
+}
+
+/// Do two maps hold the same objects (by identity) under the same keys?
+fn same<K: Ord, V>(a: &BTreeMap<K, Arc<V>>, b: &BTreeMap<K, Arc<V>>) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|((ka, va), (kb, vb))| ka == kb && Arc::ptr_eq(va, vb))
+}
+
+/// What changed since the last run, as the phases need it.
+pub(super) struct Changes {
+    /// Every route must be compiled again.
+    pub all_stale: bool,
+    /// Services whose object or EndpointSlices changed.
+    pub services: BTreeSet<ObjectKey>,
+    /// Attachments must be decided again.
+    pub gateway_side: bool,
+}
+
+impl Memo {
+    /// Compares the Store with what the last run saw, and remembers it.
+    pub(super) fn observe(&mut self, store: &Store) -> Changes {
+        let mut services = BTreeSet::new();
+        diff(&self.seen.services, &store.services, |k, _, _| {
+            services.insert(k.clone());
+        });
+        diff(&self.seen.slices, &store.endpoint_slices, |k, old, new| {
+            for slice in [old, new].into_iter().flatten() {
+                if let Some(svc) = BackendResolver::service_of(k, slice) {
+                    services.insert(svc);
+                }
+            }
+        });
+        self.seen.services.clone_from(&store.services);
+        self.seen.slices.clone_from(&store.endpoint_slices);
+        let all_stale = !self
+            .seen
+            .backend_side
+            .as_ref()
+            .is_some_and(|s| s.same(store));
+        if all_stale {
+            self.seen.backend_side = Some(BackendSide::of(store));
+        }
+        let gateway_side = !self
+            .seen
+            .gateway_side
+            .as_ref()
+            .is_some_and(|s| s.same(store));
+        if gateway_side {
+            self.seen.gateway_side = Some(GatewaySide::of(store));
+        }
+        Changes {
+            all_stale,
+            services,
+            gateway_side,
+        }
+    }
+}
+
+impl Memo {
+    /// The Backends still valid after `changes`, for this run's resolver.
+    pub(super) fn take_backends(&mut self, changes: &Changes) -> BackendCache {
+        let mut cache = std::mem::take(&mut self.backends);
+        if changes.all_stale {
+            cache.clear();
+        } else if !changes.services.is_empty() {
+            cache.retain(|(svc, ..), _| !changes.services.contains(svc));
+        }
+        cache
+    }
+
+    /// The Backends this run's resolver built or kept, for the next run.
+    pub(super) fn keep_backends(&mut self, cache: BackendCache) {
+        self.backends = cache;
+    }
+
+    /// Phase: HTTPRoutes then GRPCRoutes (in HTTPRoute form), each in key order,
+    /// compiled again only when stale.
+    pub(super) fn compile_routes<'s>(
+        &mut self,
+        store: &'s Store,
+        changes: &Changes,
+        resolver: &mut BackendResolver<'s>,
+    ) -> Vec<(Arc<RouteModel>, &'s HttpRoute)> {
+        let mut routes = Vec::with_capacity(store.http_routes.len() + store.grpc_routes.len());
+        let http = store
+            .http_routes
+            .iter()
+            .map(|(k, r)| (k, r, store.http_route_ext.get(k)));
+        let mut old = std::mem::take(&mut self.http_routes);
+        for (key, route, ext) in http {
+            let entry = self.compiled(
+                old.remove(key),
+                "HTTPRoute",
+                key,
+                route,
+                ext,
+                changes,
+                resolver,
+            );
+            routes.push((Arc::clone(&entry.model), &**route));
+            self.http_routes.insert(key.clone(), entry);
+        }
+        self.forget(old);
+        let mut old = std::mem::take(&mut self.grpc_routes);
+        for (key, route) in &store.grpc_routes {
+            let entry = self.compiled(
+                old.remove(key),
+                "GRPCRoute",
+                key,
+                route,
+                None,
+                changes,
+                resolver,
+            );
+            routes.push((Arc::clone(&entry.model), &**route));
+            self.grpc_routes.insert(key.clone(), entry);
+        }
+        self.forget(old);
+        routes
+    }
+
+    /// The cached compile of a route if it still stands, else a new one.
+    #[allow(clippy::too_many_arguments)]
+    fn compiled(
+        &mut self,
+        cached: Option<CachedRoute>,
+        kind: &'static str,
+        key: &ObjectKey,
+        route: &Arc<HttpRoute>,
+        ext: Option<&HttpRouteExt>,
+        changes: &Changes,
+        resolver: &mut BackendResolver<'_>,
+    ) -> CachedRoute {
+        if let Some(mut c) = cached {
+            let stands = !changes.all_stale
+                && Arc::ptr_eq(&c.object, route)
+                && c.ext.as_ref() == ext
+                && c.referenced.is_disjoint(&changes.services);
+            if stands {
+                if changes.gateway_side {
+                    c.attached = None;
+                }
+                return c;
+            }
+            self.forget_one(&c);
+        }
+        resolver.record();
+        let model = super::route::compile(key.clone(), kind, route, ext, resolver);
+        let referenced = resolver.recorded();
+        for svc in &referenced {
+            *self.interest.entry(svc.clone()).or_default() += 1;
+        }
+        CachedRoute {
+            object: Arc::clone(route),
+            ext: ext.cloned(),
+            model: Arc::new(model),
+            referenced,
+            attached: None,
+        }
+    }
+
+    fn forget(&mut self, gone: HashMap<ObjectKey, CachedRoute>) {
+        for c in gone.values() {
+            self.forget_one(c);
+        }
+    }
+
+    fn forget_one(&mut self, c: &CachedRoute) {
+        for svc in &c.referenced {
+            if let Some(n) = self.interest.get_mut(svc) {
+                *n -= 1;
+                if *n == 0 {
+                    self.interest.remove(svc);
+                }
+            }
+        }
+    }
+
+    /// The Services the cached routes resolved.
+    pub(super) fn route_interest(&self) -> impl Iterator<Item = &ObjectKey> {
+        self.interest.keys()
+    }
+
+    /// Phase: every route attached, deciding again only where the decision is stale.
+    pub(super) fn attach_routes(
+        &mut self,
+        store: &Store,
+        sets: &super::listenerset::ListenerSets,
+        controller_name: &str,
+        routes: &[(Arc<RouteModel>, &HttpRoute)],
+        gateways: &mut BTreeMap<ObjectKey, super::gateway::GatewayModel<'_>>,
+    ) -> Vec<Vec<gateway_api::httproutes::HttpRouteStatusParents>> {
+        let mut statuses = Vec::with_capacity(routes.len());
+        for (index, (model, route)) in routes.iter().enumerate() {
+            let cache = match model.kind {
+                "GRPCRoute" => &mut self.grpc_routes,
+                _ => &mut self.http_routes,
+            };
+            let fresh;
+            let attached = match cache.get_mut(&model.key) {
+                Some(entry) => &*entry.attached.get_or_insert_with(|| {
+                    super::route::attach_route(store, sets, controller_name, model, route, gateways)
+                }),
+                None => {
+                    fresh = super::route::attach_route(
+                        store,
+                        sets,
+                        controller_name,
+                        model,
+                        route,
+                        gateways,
+                    );
+                    &fresh
+                }
+            };
+            super::route::place(index, &attached.placements, gateways);
+            statuses.push(attached.parents.clone());
+        }
+        statuses
+    }
+}
+
+/// Calls `changed` for every key whose object differs between `old` and `new` (added,
+/// removed or replaced).
+fn diff<K: Ord, V>(
+    old: &BTreeMap<K, Arc<V>>,
+    new: &BTreeMap<K, Arc<V>>,
+    mut changed: impl FnMut(&K, Option<&V>, Option<&V>),
+) {
+    let mut a = old.iter().peekable();
+    let mut b = new.iter().peekable();
+    loop {
+        match (a.peek(), b.peek()) {
+            (None, None) => break,
+            (Some((ka, va)), Some((kb, vb))) => match ka.cmp(kb) {
+                std::cmp::Ordering::Less => {
+                    changed(ka, Some(va), None);
+                    a.next();
+                }
+                std::cmp::Ordering::Greater => {
+                    changed(kb, None, Some(vb));
+                    b.next();
+                }
+                std::cmp::Ordering::Equal => {
+                    if !Arc::ptr_eq(va, vb) {
+                        changed(ka, Some(va), Some(vb));
+                    }
+                    a.next();
+                    b.next();
+                }
+            },
+            (Some((ka, va)), None) => {
+                changed(ka, Some(va), None);
+                a.next();
+            }
+            (None, Some((kb, vb))) => {
+                changed(kb, None, Some(vb));
+                b.next();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "incremental_tests.rs"]
+mod tests;

@@ -1,0 +1,135 @@
+use std::path::Path;
+
+use aether_controller::ObjectKey;
+
+use super::FileSource;
+
+fn service(name: &str, port: u16) -> String {
+    format!(
+        "---\napiVersion: v1\nkind: Service\nmetadata: {{name: {name}}}\nspec: {{ports: [{{port: {port}}}]}}\n"
+    )
+}
+
+fn port_of(source: &FileSource, name: &str) -> Option<i32> {
+    let svc = source
+        .store()
+        .services
+        .get(&ObjectKey::new("default", name))?;
+    Some(svc.spec.as_ref()?.ports.as_ref()?.first()?.port)
+}
+
+fn write(dir: &Path, file: &str, text: &str) {
+    std::fs::write(dir.join(file), text).unwrap();
+}
+
+#[test]
+fn a_change_applies_only_its_differences_and_a_no_op_reports_no_change() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "a.yaml",
+        &(service("a", 80) + &service("b", 81)),
+    );
+    write(dir.path(), "c.yaml", &service("c", 82));
+    let mut source = FileSource::new(vec![dir.path().to_owned()]);
+    let first = source.load();
+    assert!(
+        first.changed && first.errors.is_empty(),
+        "{:?}",
+        first.errors
+    );
+    assert_eq!(port_of(&source, "b"), Some(81));
+
+    // One document edited, one removed; the other file untouched.
+    write(dir.path(), "a.yaml", &service("a", 90));
+    assert!(source.load().changed);
+    assert_eq!(port_of(&source, "a"), Some(90));
+    assert_eq!(
+        port_of(&source, "b"),
+        None,
+        "a removed document is withdrawn"
+    );
+    assert_eq!(port_of(&source, "c"), Some(82));
+
+    // The same text again, the same documents reformatted, and a file that is not YAML.
+    write(dir.path(), "a.yaml", &service("a", 90));
+    assert!(
+        !source.load().changed,
+        "rewriting the same text changed something"
+    );
+    write(
+        dir.path(),
+        "a.yaml",
+        &format!("# a comment\n{}\n\n", service("a", 90)),
+    );
+    assert!(!source.load().changed, "reformatting changed something");
+    write(dir.path(), "notes.txt", "kind: [not yaml");
+    let loaded = source.load();
+    assert!(!loaded.changed && loaded.errors.is_empty());
+
+    // A removed file takes its objects with it.
+    std::fs::remove_file(dir.path().join("c.yaml")).unwrap();
+    assert!(source.load().changed);
+    assert_eq!(port_of(&source, "c"), None);
+}
+
+#[test]
+fn an_object_in_two_files_is_served_from_the_last_and_falls_back_to_the_other() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a.yaml", &service("s", 80));
+    write(dir.path(), "b.yaml", &service("s", 81));
+    let mut source = FileSource::new(vec![dir.path().to_owned()]);
+    source.load();
+    assert_eq!(port_of(&source, "s"), Some(81), "the later file wins");
+
+    // The shadowed file's edit is not served while the later file still declares it.
+    write(dir.path(), "a.yaml", &service("s", 82));
+    source.load();
+    assert_eq!(port_of(&source, "s"), Some(81));
+
+    std::fs::remove_file(dir.path().join("b.yaml")).unwrap();
+    assert!(source.load().changed);
+    assert_eq!(
+        port_of(&source, "s"),
+        Some(82),
+        "the other file's version is served"
+    );
+    std::fs::remove_file(dir.path().join("a.yaml")).unwrap();
+    source.load();
+    assert_eq!(port_of(&source, "s"), None);
+}
+
+#[test]
+fn a_broken_edit_keeps_the_last_good_content_and_a_fix_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "a.yaml",
+        &(service("a", 80) + &service("b", 81)),
+    );
+    let mut source = FileSource::new(vec![dir.path().to_owned()]);
+    source.load();
+
+    write(
+        dir.path(),
+        "a.yaml",
+        &(service("a", 90) + "---\napiVersion: v1\nkind: Service\nmetadata:\n  name: [unclosed\n"),
+    );
+    let broken = source.load();
+    assert!(broken.changed, "new errors are news");
+    assert_eq!(broken.errors.len(), 1, "{:?}", broken.errors);
+    assert_eq!(
+        port_of(&source, "a"),
+        Some(80),
+        "the good document was applied"
+    );
+    assert_eq!(port_of(&source, "b"), Some(81));
+    let again = source.load();
+    assert!(!again.changed && again.errors.len() == 1);
+
+    write(dir.path(), "a.yaml", &service("a", 90));
+    let fixed = source.load();
+    assert!(fixed.changed && fixed.errors.is_empty());
+    assert_eq!(port_of(&source, "a"), Some(90));
+    assert_eq!(port_of(&source, "b"), None);
+}
