@@ -84,8 +84,8 @@ async fn run_files(
     settings: Settings,
     publisher: &mut Publisher,
 ) -> anyhow::Result<()> {
-    let (_watcher, mut changes) =
-        files::watch(&args.manifests, SETTLE).context("cannot watch the manifests")?;
+    let (_watcher, mut changes) = files::watch(&args.manifests, SETTLE, files::may_hold_manifests)
+        .context("cannot watch the manifests")?;
     let seed = match &args.port_state {
         Some(path) => crate::portstate::load(path)?,
         None => aether_controller::Statuses::default(),

@@ -2,7 +2,7 @@
 //! the objects it touches. A file whose new content fails to parse keeps its last good
 //! content serving.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -260,21 +260,30 @@ fn hash_of(text: &str) -> u64 {
     h.finish()
 }
 
-/// Watches `paths` and sends a tick on every change. A finished write (a file closed
-/// after writing, renamed into place, or removed) ticks at once, so a change is served
-/// without waiting; other events (a file truncated and still being written) wait for
-/// the write to finish, at most `settle`, so a half-written file is never applied.
-/// Events queued behind a tick are folded into it.
+/// Watches `paths` and sends a tick on every change to a file `relevant` accepts. A
+/// finished write (a file closed after writing, renamed into place, or removed) ticks at
+/// once unless another relevant file is still being written: then the tick waits for
+/// that write to finish too, at most `settle`, so a half-written file is never read
+/// (a write elsewhere used to tick while a manifest was truncated and not yet
+/// rewritten, which withdrew its routes for a moment). Events queued behind a tick are
+/// folded into it.
 pub fn watch(
     paths: &[PathBuf],
     settle: Duration,
+    relevant: fn(&Path) -> bool,
 ) -> anyhow::Result<(notify::RecommendedWatcher, mpsc::Receiver<()>)> {
-    let (raw_tx, mut raw_rx) = mpsc::unbounded_channel::<bool>();
+    let (raw_tx, mut raw_rx) = mpsc::unbounded_channel::<(bool, Vec<PathBuf>)>();
     let mut watcher =
         notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
             Ok(ev) => {
-                if let Some(finished) = classify(ev.kind) {
-                    let _ = raw_tx.send(finished);
+                let Some(finished) = classify(ev.kind) else {
+                    return;
+                };
+                // An event without paths (a queue overflow) may hide anything.
+                let unknown = ev.paths.is_empty();
+                let paths: Vec<PathBuf> = ev.paths.into_iter().filter(|p| relevant(p)).collect();
+                if !paths.is_empty() || unknown {
+                    let _ = raw_tx.send((finished, paths));
                 }
             }
             Err(e) => tracing::warn!(error = %e, "file watch error"),
@@ -296,27 +305,55 @@ pub fn watch(
     }
     let (tx, rx) = mpsc::channel(1);
     tokio::spawn(async move {
-        while let Some(finished) = raw_rx.recv().await {
-            if !finished {
-                let deadline = tokio::time::sleep(settle);
-                tokio::pin!(deadline);
-                loop {
-                    tokio::select! {
-                        () = &mut deadline => break,
-                        ev = raw_rx.recv() => match ev {
-                            Some(true) | None => break,
-                            Some(false) => {}
-                        },
-                    }
+        // Files with a write begun and not yet finished.
+        let mut writing: HashSet<PathBuf> = HashSet::new();
+        let note = |writing: &mut HashSet<PathBuf>, (finished, paths): (bool, Vec<PathBuf>)| {
+            for p in paths {
+                if finished {
+                    writing.remove(&p);
+                } else {
+                    writing.insert(p);
                 }
             }
-            while raw_rx.try_recv().is_ok() {}
+        };
+        while let Some(ev) = raw_rx.recv().await {
+            note(&mut writing, ev);
+            let deadline = tokio::time::sleep(settle);
+            tokio::pin!(deadline);
+            loop {
+                while let Ok(ev) = raw_rx.try_recv() {
+                    note(&mut writing, ev);
+                }
+                if writing.is_empty() {
+                    break;
+                }
+                tokio::select! {
+                    () = &mut deadline => {
+                        writing.clear();
+                        break;
+                    }
+                    ev = raw_rx.recv() => match ev {
+                        Some(ev) => note(&mut writing, ev),
+                        None => break,
+                    },
+                }
+            }
             if tx.send(()).await.is_err() {
                 break;
             }
         }
     });
     Ok((watcher, rx))
+}
+
+/// Is `path` a manifest file, or something that may hold them (a folder, a name
+/// without extension)? Other files written into a manifests folder (logs, editor
+/// swap files) change nothing.
+pub fn may_hold_manifests(path: &Path) -> bool {
+    match path.extension() {
+        None => true,
+        Some(ext) => ext == "yaml" || ext == "yml",
+    }
 }
 
 /// `Some(true)` for an event that ends a write, `Some(false)` for one that may be in

@@ -56,7 +56,7 @@ pub fn settings(args: &MeshArgs) -> anyhow::Result<Option<MeshSettings>> {
 /// connections are not retired for nothing.
 fn spawn_files(paths: [PathBuf; 3], identity: Arc<Identity>) -> anyhow::Result<()> {
     let (watcher, mut changes) =
-        files::watch(&paths, SETTLE).context("cannot watch the mesh SVID files")?;
+        files::watch(&paths, SETTLE, |_| true).context("cannot watch the mesh SVID files")?;
     tracing::info!(cert = %paths[0].display(), "mesh identity from PEM files");
     tokio::spawn(async move {
         let _watcher = watcher;

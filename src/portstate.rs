@@ -38,10 +38,7 @@ pub fn load(path: &Path) -> anyhow::Result<Statuses> {
     for e in entries {
         out.l4_routes.insert(
             (e.kind, ObjectKey::new(e.namespace, e.name)),
-            ObjectStatus {
-                generation: e.generation,
-                status: e.status,
-            },
+            ObjectStatus::new(e.generation, e.status),
         );
     }
     Ok(out)
@@ -57,7 +54,7 @@ pub fn render(statuses: &Statuses) -> String {
             namespace: key.namespace.clone(),
             name: key.name.clone(),
             generation: s.generation,
-            status: s.status.clone(),
+            status: (*s.status).clone(),
         })
         .collect();
     serde_json::to_string_pretty(&entries).unwrap_or_default()

@@ -20,6 +20,9 @@ pub struct Publisher {
     current: Option<Published>,
     /// Statuses as last published, for carrying condition transition times.
     statuses: Arc<Statuses>,
+    /// What those were stamped from: a status the reconciler hands out again unchanged
+    /// is published again as it was.
+    stamped_from: Statuses,
 }
 
 /// What the last reconcile produced, before bind results were folded in.
@@ -38,6 +41,7 @@ impl Publisher {
             generation: 0,
             current: None,
             statuses: Arc::default(),
+            stamped_from: Statuses::default(),
         }
     }
 
@@ -71,7 +75,9 @@ impl Publisher {
         let failures = self.manager.apply(Arc::clone(&current.snapshot));
         let mut statuses = current.statuses.clone();
         statuses.mark_bind_failures(&current.snapshot, &failures);
-        statuses.carry_transition_times(&self.statuses, Timestamp::now());
+        let input = statuses.clone();
+        statuses.carry_transition_times(&self.stamped_from, &self.statuses, Timestamp::now());
+        self.stamped_from = input;
         let statuses = Arc::new(statuses);
         self.admin.status.store(Arc::new(StatusDoc {
             statuses: Arc::clone(&statuses),

@@ -108,7 +108,7 @@ pub fn carry_status(
         if route.status.is_none()
             && let Some(s) = previous.get(key)
         {
-            std::sync::Arc::make_mut(route).status = Some(s.status.clone());
+            std::sync::Arc::make_mut(route).status = Some((*s.status).clone());
         }
     }
 }

@@ -2,6 +2,7 @@
 //! post-reconcile steps: stamping transition times and recording bind failures.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use aether_proxy::{BindFailure, Snapshot};
 use gateway_api::backendtlspolicies::BackendTlsPolicyStatus;
@@ -18,10 +19,21 @@ use crate::l4route::L4Kind;
 use crate::reconcile::conditions as cond;
 use crate::store::ObjectKey;
 
+/// An object's status, shared by `Arc`: the incremental reconciler hands out the same
+/// status for an object that did not change, and publishing copies pointers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ObjectStatus<S> {
     pub generation: i64,
-    pub status: S,
+    pub status: Arc<S>,
+}
+
+impl<S> ObjectStatus<S> {
+    pub fn new(generation: i64, status: S) -> Self {
+        Self {
+            generation,
+            status: Arc::new(status),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -118,79 +130,88 @@ impl Statuses {
     }
 
     /// Gives every condition a real `lastTransitionTime`: the previous one when the
-    /// condition's status is unchanged, `now` otherwise.
-    pub fn carry_transition_times(&mut self, previous: &Statuses, now: Timestamp) {
-        for (name, s) in &mut self.gateway_classes {
-            let prev = previous
-                .gateway_classes
-                .get(name)
-                .and_then(|p| p.status.conditions.as_deref());
-            stamp(
-                s.status.conditions.iter_mut().flatten(),
-                prev.unwrap_or_default(),
-                now,
-            );
-        }
-        for (key, s) in &mut self.gateways {
-            let prev = previous.gateways.get(key).map(|p| &p.status);
-            stamp(
-                s.status.conditions.iter_mut().flatten(),
-                prev.and_then(|p| p.conditions.as_deref())
-                    .unwrap_or_default(),
-                now,
-            );
-            for l in s.status.listeners.iter_mut().flatten() {
-                let prev_l = prev
-                    .and_then(|p| p.listeners.as_ref())
-                    .and_then(|ls| ls.iter().find(|x| x.name == l.name))
-                    .map(|x| x.conditions.as_slice());
-                stamp(l.conditions.iter_mut(), prev_l.unwrap_or_default(), now);
-            }
-        }
-        for (key, s) in &mut self.listener_sets {
-            let prev = previous.listener_sets.get(key).map(|p| &p.status);
-            stamp(
-                s.status.conditions.iter_mut().flatten(),
-                prev.and_then(|p| p.conditions.as_deref())
-                    .unwrap_or_default(),
-                now,
-            );
-            for l in s.status.listeners.iter_mut().flatten() {
-                let prev_l = prev
-                    .and_then(|p| p.listeners.as_ref())
-                    .and_then(|ls| ls.iter().find(|x| x.name == l.name))
-                    .map(|x| x.conditions.as_slice());
-                stamp(l.conditions.iter_mut(), prev_l.unwrap_or_default(), now);
-            }
-        }
-        let http = self
-            .http_routes
-            .iter_mut()
-            .map(|(k, s)| (s, previous.http_routes.get(k)));
-        let grpc = self
-            .grpc_routes
-            .iter_mut()
-            .map(|(k, s)| (s, previous.grpc_routes.get(k)));
-        let l4 = self
-            .l4_routes
-            .iter_mut()
-            .map(|(k, s)| (s, previous.l4_routes.get(k)));
-        for (key, s) in &mut self.backend_tls_policies {
-            let prev = previous.backend_tls_policies.get(key).map(|p| &p.status);
-            for a in &mut s.status.ancestors {
-                let prev_a = prev
-                    .and_then(|p| {
-                        p.ancestors
-                            .iter()
-                            .find(|x| x.ancestor_ref == a.ancestor_ref)
-                    })
-                    .map(|x| x.conditions.as_slice());
-                stamp(a.conditions.iter_mut(), prev_a.unwrap_or_default(), now);
-            }
-        }
-        for (s, prev) in http.chain(grpc).chain(l4) {
-            let prev = prev.map(|p| &p.status);
-            for parent in &mut s.status.parents {
+    /// condition's status is unchanged, `now` otherwise. `previous` is what was last
+    /// published and `previous_input` what it was stamped from: an entry that still
+    /// holds the very status it held then is taken from `previous` as it is, so an
+    /// unchanged object costs a pointer copy.
+    pub fn carry_transition_times(
+        &mut self,
+        previous_input: &Statuses,
+        previous: &Statuses,
+        now: Timestamp,
+    ) {
+        carry(
+            &mut self.gateway_classes,
+            &previous_input.gateway_classes,
+            &previous.gateway_classes,
+            |s, prev| {
+                let prev = prev.and_then(|p| p.conditions.as_deref());
+                stamp(
+                    s.conditions.iter_mut().flatten(),
+                    prev.unwrap_or_default(),
+                    now,
+                );
+            },
+        );
+        carry(
+            &mut self.gateways,
+            &previous_input.gateways,
+            &previous.gateways,
+            |s, prev| {
+                stamp(
+                    s.conditions.iter_mut().flatten(),
+                    prev.and_then(|p| p.conditions.as_deref())
+                        .unwrap_or_default(),
+                    now,
+                );
+                for l in s.listeners.iter_mut().flatten() {
+                    let prev_l = prev
+                        .and_then(|p| p.listeners.as_ref())
+                        .and_then(|ls| ls.iter().find(|x| x.name == l.name))
+                        .map(|x| x.conditions.as_slice());
+                    stamp(l.conditions.iter_mut(), prev_l.unwrap_or_default(), now);
+                }
+            },
+        );
+        carry(
+            &mut self.listener_sets,
+            &previous_input.listener_sets,
+            &previous.listener_sets,
+            |s, prev| {
+                stamp(
+                    s.conditions.iter_mut().flatten(),
+                    prev.and_then(|p| p.conditions.as_deref())
+                        .unwrap_or_default(),
+                    now,
+                );
+                for l in s.listeners.iter_mut().flatten() {
+                    let prev_l = prev
+                        .and_then(|p| p.listeners.as_ref())
+                        .and_then(|ls| ls.iter().find(|x| x.name == l.name))
+                        .map(|x| x.conditions.as_slice());
+                    stamp(l.conditions.iter_mut(), prev_l.unwrap_or_default(), now);
+                }
+            },
+        );
+        carry(
+            &mut self.backend_tls_policies,
+            &previous_input.backend_tls_policies,
+            &previous.backend_tls_policies,
+            |s, prev| {
+                for a in &mut s.ancestors {
+                    let prev_a = prev
+                        .and_then(|p| {
+                            p.ancestors
+                                .iter()
+                                .find(|x| x.ancestor_ref == a.ancestor_ref)
+                        })
+                        .map(|x| x.conditions.as_slice());
+                    stamp(a.conditions.iter_mut(), prev_a.unwrap_or_default(), now);
+                }
+            },
+        );
+        let route = |s: &mut HttpRouteStatus, prev: Option<&HttpRouteStatus>| {
+            for parent in &mut s.parents {
                 let prev_p = prev
                     .and_then(|p| p.parents.iter().find(|x| x.parent_ref == parent.parent_ref))
                     .map(|x| x.conditions.as_slice());
@@ -200,7 +221,25 @@ impl Statuses {
                     now,
                 );
             }
-        }
+        };
+        carry(
+            &mut self.http_routes,
+            &previous_input.http_routes,
+            &previous.http_routes,
+            route,
+        );
+        carry(
+            &mut self.grpc_routes,
+            &previous_input.grpc_routes,
+            &previous.grpc_routes,
+            route,
+        );
+        carry(
+            &mut self.l4_routes,
+            &previous_input.l4_routes,
+            &previous.l4_routes,
+            route,
+        );
     }
 
     /// Records sockets that could not be bound on the listeners they belong to.
@@ -221,7 +260,8 @@ impl Statuses {
                 continue;
             };
             let generation = gw.generation;
-            for l in gw.status.listeners.iter_mut().flatten() {
+            let status = Arc::make_mut(&mut gw.status);
+            for l in status.listeners.iter_mut().flatten() {
                 if !listener.sections.iter().any(|s| **s == l.name) {
                     continue;
                 }
@@ -235,12 +275,12 @@ impl Statuses {
                     cond::not_programmed(generation, "Invalid", msg),
                 );
             }
-            let any_programmed = gw.status.listeners.iter().flatten().any(|l| {
+            let any_programmed = status.listeners.iter().flatten().any(|l| {
                 l.conditions
                     .iter()
                     .any(|c| c.type_ == "Programmed" && c.status == "True")
             });
-            if !any_programmed && let Some(conds) = gw.status.conditions.as_mut() {
+            if !any_programmed && let Some(conds) = status.conditions.as_mut() {
                 replace(
                     conds,
                     cond::not_programmed(
@@ -268,8 +308,8 @@ impl Statuses {
             };
             let generation = ls.generation;
             let msg = format!("cannot bind {}: {}", f.addr, f.reason);
-            for l in ls
-                .status
+            let status = Arc::make_mut(&mut ls.status);
+            for l in status
                 .listeners
                 .iter_mut()
                 .flatten()
@@ -284,12 +324,12 @@ impl Statuses {
                     cond::not_programmed(generation, "Invalid", msg.clone()),
                 );
             }
-            let any_programmed = ls.status.listeners.iter().flatten().any(|l| {
+            let any_programmed = status.listeners.iter().flatten().any(|l| {
                 l.conditions
                     .iter()
                     .any(|c| c.type_ == "Programmed" && c.status == "True")
             });
-            if !any_programmed && let Some(conds) = ls.status.conditions.as_mut() {
+            if !any_programmed && let Some(conds) = status.conditions.as_mut() {
                 replace(
                     conds,
                     cond::not_programmed(
@@ -300,6 +340,27 @@ impl Statuses {
                 );
             }
         }
+    }
+}
+
+/// Stamps each status of `current` against its previously published version, or takes
+/// that version whole when the status is the one it was stamped from.
+fn carry<K: Ord, S: Clone>(
+    current: &mut BTreeMap<K, ObjectStatus<S>>,
+    previous_input: &BTreeMap<K, ObjectStatus<S>>,
+    previous: &BTreeMap<K, ObjectStatus<S>>,
+    mut stamp_one: impl FnMut(&mut S, Option<&S>),
+) {
+    for (key, s) in current.iter_mut() {
+        let prev = previous.get(key);
+        if let (Some(input), Some(prev)) = (previous_input.get(key), prev)
+            && Arc::ptr_eq(&input.status, &s.status)
+            && input.generation == s.generation
+        {
+            s.status = Arc::clone(&prev.status);
+            continue;
+        }
+        stamp_one(Arc::make_mut(&mut s.status), prev.map(|p| &*p.status));
     }
 }
 

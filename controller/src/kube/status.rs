@@ -97,7 +97,7 @@ impl StatusWriter {
             let mut out = Vec::new();
             for (name, s) in &desired.gateway_classes {
                 if let Some(obj) = store.gateway_classes.get(name) {
-                    let mut status = s.status.clone();
+                    let mut status = (*s.status).clone();
                     carry(
                         status.conditions.iter_mut().flatten(),
                         obj.status.as_ref().and_then(|x| x.conditions.as_deref()),
@@ -115,7 +115,7 @@ impl StatusWriter {
             }
             for (key, s) in &desired.gateways {
                 if let Some(obj) = store.gateways.get(key) {
-                    let mut status = s.status.clone();
+                    let mut status = (*s.status).clone();
                     let server = obj.status.as_ref();
                     carry(
                         status.conditions.iter_mut().flatten(),
@@ -153,7 +153,7 @@ impl StatusWriter {
             }
             for (key, s) in &desired.listener_sets {
                 if let Some(obj) = store.listener_sets.get(key) {
-                    let mut status = s.status.clone();
+                    let mut status = (*s.status).clone();
                     let server = obj.status.as_ref();
                     carry(
                         status.conditions.iter_mut().flatten(),

@@ -287,10 +287,7 @@ impl PolicyIndex {
                     .collect();
                 (
                     v.key.clone(),
-                    ObjectStatus {
-                        generation: v.generation,
-                        status: BackendTlsPolicyStatus { ancestors },
-                    },
+                    ObjectStatus::new(v.generation, BackendTlsPolicyStatus { ancestors }),
                 )
             })
             .collect()

@@ -253,34 +253,22 @@ impl Memo {
             .http_routes
             .iter()
             .map(|(k, r)| (k, r, store.http_route_ext.get(k)));
+        // Entries move from the old map to the new one with their keys: no key is
+        // copied for a route that stays.
         let mut old = std::mem::take(&mut self.http_routes);
         for (key, route, ext) in http {
-            let entry = self.compiled(
-                old.remove(key),
-                "HTTPRoute",
-                key,
-                route,
-                ext,
-                changes,
-                resolver,
-            );
+            let (owned, cached) = take(&mut old, key);
+            let entry = self.compiled(cached, "HTTPRoute", key, route, ext, changes, resolver);
             routes.push((Arc::clone(&entry.model), &**route));
-            self.http_routes.insert(key.clone(), entry);
+            self.http_routes.insert(owned, entry);
         }
         self.forget(old);
         let mut old = std::mem::take(&mut self.grpc_routes);
         for (key, route) in &store.grpc_routes {
-            let entry = self.compiled(
-                old.remove(key),
-                "GRPCRoute",
-                key,
-                route,
-                None,
-                changes,
-                resolver,
-            );
+            let (owned, cached) = take(&mut old, key);
+            let entry = self.compiled(cached, "GRPCRoute", key, route, None, changes, resolver);
             routes.push((Arc::clone(&entry.model), &**route));
-            self.grpc_routes.insert(key.clone(), entry);
+            self.grpc_routes.insert(owned, entry);
         }
         self.forget(old);
         routes
@@ -356,7 +344,7 @@ impl Memo {
         controller_name: &str,
         routes: &[(Arc<RouteModel>, &HttpRoute)],
         gateways: &mut BTreeMap<ObjectKey, super::gateway::GatewayModel<'_>>,
-    ) -> Vec<Vec<gateway_api::httproutes::HttpRouteStatusParents>> {
+    ) -> Vec<Arc<gateway_api::httproutes::HttpRouteStatus>> {
         let mut statuses = Vec::with_capacity(routes.len());
         for (index, (model, route)) in routes.iter().enumerate() {
             let cache = match model.kind {
@@ -381,9 +369,17 @@ impl Memo {
                 }
             };
             super::route::place(index, &attached.placements, gateways);
-            statuses.push(attached.parents.clone());
+            statuses.push(Arc::clone(&attached.status));
         }
         statuses
+    }
+}
+
+/// The entry for `key` moved out of `map` with its key, or a copy of the key.
+fn take<V>(map: &mut HashMap<ObjectKey, V>, key: &ObjectKey) -> (ObjectKey, Option<V>) {
+    match map.remove_entry(key) {
+        Some((k, v)) => (k, Some(v)),
+        None => (key.clone(), None),
     }
 }
 

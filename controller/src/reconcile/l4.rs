@@ -118,10 +118,7 @@ pub fn attach(
         if !parents.is_empty() {
             statuses.insert(
                 (model.kind, model.key.clone()),
-                ObjectStatus {
-                    generation: model.generation,
-                    status: HttpRouteStatus { parents },
-                },
+                ObjectStatus::new(model.generation, HttpRouteStatus { parents }),
             );
         }
     }
@@ -206,7 +203,7 @@ fn attach_one(
         if let Some(hostnames) = hostnames {
             listener.l4_attachments.push(RouteAttachment {
                 route: index,
-                hostnames,
+                hostnames: hostnames.into(),
             });
             attached += 1;
         }

@@ -105,7 +105,7 @@ pub fn add_listeners(
                     .add(listener.spec.hostname.as_deref(), Arc::clone(cert));
             }
             for att in &listener.l4_attachments {
-                for host in &att.hostnames {
+                for host in att.hostnames.iter() {
                     plan.entries.push((att.route, host.clone()));
                 }
             }

@@ -327,13 +327,13 @@ pub fn statuses(
         };
         out.insert(
             key.clone(),
-            ObjectStatus {
-                generation: g,
-                status: ListenerSetStatus {
+            ObjectStatus::new(
+                g,
+                ListenerSetStatus {
                     conditions: Some(vec![accepted, programmed]),
                     listeners: (!listeners.is_empty()).then_some(listeners),
                 },
-            },
+            ),
         );
     }
     (out, counts)

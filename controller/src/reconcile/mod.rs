@@ -34,7 +34,6 @@ use gateway_api::gatewayclasses::GatewayClassStatus;
 use gateway_api::gateways::{
     Gateway, GatewayStatus, GatewayStatusAddresses, GatewayStatusListeners,
 };
-use gateway_api::httproutes::HttpRouteStatus;
 use ipnet::IpNet;
 
 pub use self::incremental::Reconciler;
@@ -125,13 +124,13 @@ fn run(
         let generation = class.metadata.generation.unwrap_or(1);
         statuses.gateway_classes.insert(
             name.clone(),
-            ObjectStatus {
+            ObjectStatus::new(
                 generation,
-                status: GatewayClassStatus {
+                GatewayClassStatus {
                     conditions: Some(vec![cond::class_accepted(generation)]),
                     supported_features: None,
                 },
-            },
+            ),
         );
     }
 
@@ -195,8 +194,8 @@ fn run(
         &routes,
         &mut models,
     );
-    for ((model, _), parents) in routes.iter().zip(route_parents) {
-        if !parents.is_empty() {
+    for ((model, _), status) in routes.iter().zip(route_parents) {
+        if !status.parents.is_empty() {
             let by_kind = if model.kind == "GRPCRoute" {
                 &mut statuses.grpc_routes
             } else {
@@ -206,7 +205,7 @@ fn run(
                 model.key.clone(),
                 ObjectStatus {
                     generation: model.generation,
-                    status: HttpRouteStatus { parents },
+                    status,
                 },
             );
         }
@@ -279,10 +278,7 @@ fn run(
         }
         statuses.gateways.insert(
             model.key.clone(),
-            ObjectStatus {
-                generation: model.generation,
-                status,
-            },
+            ObjectStatus::new(model.generation, status),
         );
     }
     let mut endpoint_interest = resolver.referenced().clone();

@@ -262,14 +262,18 @@ pub fn apply(
                 let Some(st) = statuses.get_mut(&(model.kind, model.key.clone())) else {
                     continue;
                 };
-                for parent in st.status.parents.iter_mut().filter(|p| {
-                    p.parent_ref.name == gw_key.name
-                        && p.parent_ref.namespace.as_deref() == Some(gw_key.namespace.as_str())
-                        && p.parent_ref
-                            .section_name
-                            .as_deref()
-                            .is_none_or(|s| s == name)
-                }) {
+                for parent in std::sync::Arc::make_mut(&mut st.status)
+                    .parents
+                    .iter_mut()
+                    .filter(|p| {
+                        p.parent_ref.name == gw_key.name
+                            && p.parent_ref.namespace.as_deref() == Some(gw_key.namespace.as_str())
+                            && p.parent_ref
+                                .section_name
+                                .as_deref()
+                                .is_none_or(|s| s == name)
+                    })
+                {
                     match &result {
                         Ok(port) => parent.parent_ref.port = Some(i32::from(*port)),
                         Err((reason, msg)) => {

@@ -10,8 +10,8 @@ use aether_proxy::routing::{HeaderMatch, PathMatch, QueryMatch, RequestMatch, Va
 use gateway_api::httproutes::{
     HttpRoute, HttpRouteParentRefs, HttpRouteRulesMatches, HttpRouteRulesMatchesHeadersType,
     HttpRouteRulesMatchesMethod, HttpRouteRulesMatchesPathType,
-    HttpRouteRulesMatchesQueryParamsType, HttpRouteRulesTimeouts, HttpRouteStatusParents,
-    HttpRouteStatusParentsParentRef,
+    HttpRouteRulesMatchesQueryParamsType, HttpRouteRulesTimeouts, HttpRouteStatus,
+    HttpRouteStatusParents, HttpRouteStatusParentsParentRef,
 };
 use http::{HeaderName, Method};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -68,7 +68,8 @@ pub struct BackendModel {
 /// A route attached to a listener, with the hostnames it serves there.
 pub struct RouteAttachment {
     pub route: usize,
-    pub hostnames: Vec<Option<String>>,
+    /// Shared with the attachment decision it came from, which a later run may reuse.
+    pub hostnames: Arc<[Option<String>]>,
 }
 
 pub fn compile(
@@ -308,13 +309,13 @@ fn anchored(re: &str) -> Result<Regex, String> {
 pub struct Placement {
     pub gateway: ObjectKey,
     pub listener: usize,
-    pub hostnames: Vec<Option<String>>,
+    pub hostnames: Arc<[Option<String>]>,
 }
 
-/// What attaching one route decided: its status parents and where it serves.
+/// What attaching one route decided: its status and where it serves.
 #[derive(Clone)]
 pub struct Attached {
-    pub parents: Vec<HttpRouteStatusParents>,
+    pub status: Arc<HttpRouteStatus>,
     pub placements: Vec<Placement>,
 }
 
@@ -353,7 +354,7 @@ pub fn attach_route(
         parents.push(parent_status(controller_name, parent, &target, conditions));
     }
     Attached {
-        parents,
+        status: Arc::new(HttpRouteStatus { parents }),
         placements,
     }
 }
@@ -371,7 +372,7 @@ pub fn place(
         {
             listener.attachments.push(RouteAttachment {
                 route: index,
-                hostnames: p.hostnames.clone(),
+                hostnames: Arc::clone(&p.hostnames),
             });
         }
     }

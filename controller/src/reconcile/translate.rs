@@ -91,16 +91,20 @@ impl TranslateMemo {
                     let acts = match actions.get(&route.key) {
                         Some((_, acts)) => Arc::clone(acts),
                         None => {
-                            let acts = match old.remove(&route.key) {
-                                Some((built_for, acts)) if Arc::ptr_eq(&built_for, route) => acts,
-                                _ => Arc::new(rule_actions(&gateway, route)),
+                            // Moved with its key from the last run's map when it stands.
+                            let (key, acts) = match old.remove_entry(&route.key) {
+                                Some((key, (built_for, acts)))
+                                    if Arc::ptr_eq(&built_for, route) =>
+                                {
+                                    (key, acts)
+                                }
+                                _ => (route.key.clone(), Arc::new(rule_actions(&gateway, route))),
                             };
-                            actions
-                                .insert(route.key.clone(), (Arc::clone(route), Arc::clone(&acts)));
+                            actions.insert(key, (Arc::clone(route), Arc::clone(&acts)));
                             acts
                         }
                     };
-                    for host in &att.hostnames {
+                    for host in att.hostnames.iter() {
                         plan.hosts
                             .entry(host.as_deref().unwrap_or(""))
                             .or_default()
@@ -117,16 +121,17 @@ impl TranslateMemo {
             for (host, contributions) in plan.hosts {
                 let built_from: Vec<Arc<Actions>> =
                     contributions.iter().map(|(_, a)| Arc::clone(a)).collect();
-                let vhost = match old.remove(host) {
-                    Some((from, vhost))
+                let (key, vhost) = match old.remove_entry(host) {
+                    Some((key, (from, vhost)))
                         if from.len() == built_from.len()
                             && from.iter().zip(&built_from).all(|(a, b)| Arc::ptr_eq(a, b)) =>
                     {
-                        vhost
+                        (key, vhost)
                     }
-                    _ => Arc::new(virtual_host(&contributions)),
+                    Some((key, _)) => (key, Arc::new(virtual_host(&contributions))),
+                    None => (host.into(), Arc::new(virtual_host(&contributions))),
                 };
-                kept.insert(host.into(), (built_from, vhost));
+                kept.insert(key, (built_from, vhost));
             }
             let table = RouteTable::from_hosts(
                 kept.iter()
