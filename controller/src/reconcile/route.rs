@@ -332,7 +332,45 @@ pub fn attach(
         }
         statuses.push(parents);
     }
+    for gateway in gateways.values_mut() {
+        isolate(gateway);
+    }
     statuses
+}
+
+/// Listener isolation: a request belongs to the most specific listener on its port
+/// whose hostname matches it, and only that listener's routes may answer it. A route
+/// hostname that a more specific listener of the same port covers entirely (the
+/// hostname-less listener's `*.example.com` when a `*.example.com` listener exists) is
+/// dropped from the less specific listener. Partial overlaps need nothing here: the
+/// route table picks the most specific host entry and never falls back to a broader
+/// one.
+fn isolate(gateway: &mut GatewayModel<'_>) {
+    let owners: Vec<(i32, bool, Option<String>)> = gateway
+        .listeners
+        .iter()
+        .filter(|l| l.usable() && !l.is_l4())
+        .map(|l| (l.spec.port, l.is_https(), l.spec.hostname.clone()))
+        .collect();
+    for l in gateway.listeners.iter_mut().filter(|l| !l.is_l4()) {
+        let own = l.spec.hostname.as_deref();
+        let (port, https) = (l.spec.port, l.is_https());
+        let narrower: Vec<&str> = owners
+            .iter()
+            .filter(|(p, s, _)| *p == port && *s == https)
+            .filter_map(|(_, _, h)| h.as_deref())
+            .filter(|h| hostname::more_specific(Some(h), own))
+            .collect();
+        if narrower.is_empty() {
+            continue;
+        }
+        for att in &mut l.attachments {
+            att.hostnames.retain(|h| {
+                h.as_deref()
+                    .is_none_or(|h| !narrower.iter().any(|n| hostname::within(h, n)))
+            });
+        }
+    }
 }
 
 /// ResolvedRefs from a route's first backendRef problem.
