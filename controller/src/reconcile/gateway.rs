@@ -55,9 +55,15 @@ pub struct ListenerModel<'a> {
 impl ListenerModel<'_> {
     /// Can routes attach here and traffic be served?
     pub fn usable(&self) -> bool {
-        self.accepted.is_ok()
-            && self.conflict.is_none()
-            && (!self.terminates_tls() || self.certificate.is_some())
+        self.attachable() && (!self.terminates_tls() || self.certificate.is_some())
+    }
+
+    /// Can routes attach here? Attachment is decided by allowedRoutes and parentRefs
+    /// and counted in attachedRoutes even while the listener can't serve for want of
+    /// a certificate (GatewayWithAttachedRoutes); a listener that is not accepted or
+    /// is conflicted takes none.
+    pub fn attachable(&self) -> bool {
+        self.accepted.is_ok() && self.conflict.is_none()
     }
 
     pub fn is_https(&self) -> bool {

@@ -456,11 +456,11 @@ fn attach_one(
             "the listeners' allowedRoutes do not admit this route",
         );
     }
-    // Routes attach only where traffic can be served; a conflicted or invalid listener
-    // keeps its own conditions and takes no routes.
+    // A conflicted or invalid listener keeps its own conditions and takes no routes;
+    // one only missing its certificate takes them (counted, not served).
     let allowed: Vec<usize> = allowed
         .into_iter()
-        .filter(|&i| gateway.listeners[i].usable())
+        .filter(|&i| gateway.listeners[i].attachable())
         .collect();
     if allowed.is_empty() {
         return cond::not_accepted(
