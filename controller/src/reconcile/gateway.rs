@@ -27,6 +27,8 @@ pub type Problem = (&'static str, String);
 pub struct GatewayModel<'a> {
     pub key: ObjectKey,
     pub generation: i64,
+    /// Why the whole Gateway is refused (Accepted=False), as [`rejected`] says.
+    pub rejected: Option<Problem>,
     pub address: Result<IpAddr, AddressError>,
     pub listeners: Vec<ListenerModel<'a>>,
 }
@@ -50,6 +52,9 @@ pub struct ListenerModel<'a> {
     pub pool_ports: BTreeMap<usize, u16>,
     /// The ListenerSet this listener comes from; None for the Gateway's own.
     pub set: Option<ObjectKey>,
+    /// The Gateway is refused as a whole: its listeners keep their own conditions
+    /// but take no routes and serve nothing.
+    pub gateway_rejected: bool,
 }
 
 impl ListenerModel<'_> {
@@ -63,7 +68,7 @@ impl ListenerModel<'_> {
     /// a certificate (GatewayWithAttachedRoutes); a listener that is not accepted or
     /// is conflicted takes none.
     pub fn attachable(&self) -> bool {
-        self.accepted.is_ok() && self.conflict.is_none()
+        self.accepted.is_ok() && self.conflict.is_none() && !self.gateway_rejected
     }
 
     pub fn is_https(&self) -> bool {
@@ -186,6 +191,11 @@ pub fn listeners<'g>(
             ..validate(spec)
         }));
     }
+    if rejected(gateway).is_some() {
+        for l in &mut out {
+            l.gateway_rejected = true;
+        }
+    }
     for l in out
         .iter_mut()
         .filter(|l| l.accepted.is_ok() && l.terminates_tls())
@@ -283,6 +293,7 @@ fn validate(spec: &GatewayListeners) -> ListenerModel<'_> {
         pool: None,
         pool_ports: BTreeMap::new(),
         set: None,
+        gateway_rejected: false,
     };
     let kinds = protocol_kinds(&spec.protocol);
     if kinds.is_empty() {
@@ -349,4 +360,24 @@ fn is_passthrough(spec: &GatewayListeners) -> bool {
         .as_ref()
         .and_then(|t| t.mode.as_ref())
         .is_some_and(|m| *m == GatewayListenersTlsMode::Passthrough)
+}
+
+/// Why a Gateway must be refused as a whole. aether-edge defines no parameters
+/// resource, so an `infrastructure.parametersRef` can never be resolved: the spec
+/// asks for Accepted=False with reason InvalidParameters when the referent cannot be
+/// found or is of an unsupported kind.
+pub fn rejected(gateway: &Gateway) -> Option<Problem> {
+    let r = gateway
+        .spec
+        .infrastructure
+        .as_ref()?
+        .parameters_ref
+        .as_ref()?;
+    Some((
+        "InvalidParameters",
+        format!(
+            "infrastructure.parametersRef {}/{} {:?} cannot be resolved: aether-edge takes no Gateway parameters",
+            r.group, r.kind, r.name
+        ),
+    ))
 }
