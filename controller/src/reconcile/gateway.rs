@@ -237,10 +237,9 @@ pub fn listeners<'g>(
             out[j].usable()
                 && out[j].spec.port == out[i].spec.port
                 && out[j].is_udp() == out[i].is_udp()
-                // TLS passthrough and TLS terminate can't share a socket either: one
-                // answers the ClientHello, the other must not.
-                && (out[j].spec.protocol != out[i].spec.protocol
-                    || out[j].terminates_tls() != out[i].terminates_tls())
+                // TLS Terminate and Passthrough listeners may share a port (TLSRoute
+                // mixed mode): the SNI read from the ClientHello picks the listener.
+                && out[j].spec.protocol != out[i].spec.protocol
         });
         if let Some(j) = clash {
             let msg = format!(
