@@ -134,4 +134,7 @@ pub enum Protocol {
     /// TLS ended here with the listener's certificate (by SNI); the decrypted stream
     /// goes to the TLSRoute backends for that name.
     TlsTerminate,
+    /// TLS listeners of both modes on one port: the ClientHello's SNI picks the
+    /// listener, whose mode says whether the edge terminates or passes through.
+    TlsMixed,
 }

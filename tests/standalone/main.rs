@@ -35,6 +35,7 @@ mod routing;
 mod shutdown;
 mod status;
 mod takeover;
+mod tls_mixed;
 mod tls_passthrough;
 mod tls_terminate;
 mod upgrade;

@@ -27,6 +27,8 @@ pub type Problem = (&'static str, String);
 pub struct GatewayModel<'a> {
     pub key: ObjectKey,
     pub generation: i64,
+    /// Why the whole Gateway is refused (Accepted=False), as [`rejected`] says.
+    pub rejected: Option<Problem>,
     pub address: Result<IpAddr, AddressError>,
     pub listeners: Vec<ListenerModel<'a>>,
 }
@@ -50,14 +52,23 @@ pub struct ListenerModel<'a> {
     pub pool_ports: BTreeMap<usize, u16>,
     /// The ListenerSet this listener comes from; None for the Gateway's own.
     pub set: Option<ObjectKey>,
+    /// The Gateway is refused as a whole: its listeners keep their own conditions
+    /// but take no routes and serve nothing.
+    pub gateway_rejected: bool,
 }
 
 impl ListenerModel<'_> {
     /// Can routes attach here and traffic be served?
     pub fn usable(&self) -> bool {
-        self.accepted.is_ok()
-            && self.conflict.is_none()
-            && (!self.terminates_tls() || self.certificate.is_some())
+        self.attachable() && (!self.terminates_tls() || self.certificate.is_some())
+    }
+
+    /// Can routes attach here? Attachment is decided by allowedRoutes and parentRefs
+    /// and counted in attachedRoutes even while the listener can't serve for want of
+    /// a certificate (GatewayWithAttachedRoutes); a listener that is not accepted or
+    /// is conflicted takes none.
+    pub fn attachable(&self) -> bool {
+        self.accepted.is_ok() && self.conflict.is_none() && !self.gateway_rejected
     }
 
     pub fn is_https(&self) -> bool {
@@ -180,6 +191,11 @@ pub fn listeners<'g>(
             ..validate(spec)
         }));
     }
+    if rejected(gateway).is_some() {
+        for l in &mut out {
+            l.gateway_rejected = true;
+        }
+    }
     for l in out
         .iter_mut()
         .filter(|l| l.accepted.is_ok() && l.terminates_tls())
@@ -221,10 +237,9 @@ pub fn listeners<'g>(
             out[j].usable()
                 && out[j].spec.port == out[i].spec.port
                 && out[j].is_udp() == out[i].is_udp()
-                // TLS passthrough and TLS terminate can't share a socket either: one
-                // answers the ClientHello, the other must not.
-                && (out[j].spec.protocol != out[i].spec.protocol
-                    || out[j].terminates_tls() != out[i].terminates_tls())
+                // TLS Terminate and Passthrough listeners may share a port (TLSRoute
+                // mixed mode): the SNI read from the ClientHello picks the listener.
+                && out[j].spec.protocol != out[i].spec.protocol
         });
         if let Some(j) = clash {
             let msg = format!(
@@ -277,6 +292,7 @@ fn validate(spec: &GatewayListeners) -> ListenerModel<'_> {
         pool: None,
         pool_ports: BTreeMap::new(),
         set: None,
+        gateway_rejected: false,
     };
     let kinds = protocol_kinds(&spec.protocol);
     if kinds.is_empty() {
@@ -343,4 +359,24 @@ fn is_passthrough(spec: &GatewayListeners) -> bool {
         .as_ref()
         .and_then(|t| t.mode.as_ref())
         .is_some_and(|m| *m == GatewayListenersTlsMode::Passthrough)
+}
+
+/// Why a Gateway must be refused as a whole. aether-edge defines no parameters
+/// resource, so an `infrastructure.parametersRef` can never be resolved: the spec
+/// asks for Accepted=False with reason InvalidParameters when the referent cannot be
+/// found or is of an unsupported kind.
+pub fn rejected(gateway: &Gateway) -> Option<Problem> {
+    let r = gateway
+        .spec
+        .infrastructure
+        .as_ref()?
+        .parameters_ref
+        .as_ref()?;
+    Some((
+        "InvalidParameters",
+        format!(
+            "infrastructure.parametersRef {}/{} {:?} cannot be resolved: aether-edge takes no Gateway parameters",
+            r.group, r.kind, r.name
+        ),
+    ))
 }

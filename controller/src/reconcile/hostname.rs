@@ -2,7 +2,7 @@
 
 /// Does `host` (exact or `*.` wildcard) fall within `pattern` (exact or wildcard)?
 /// A wildcard matches one or more labels in front of its suffix, never the bare suffix.
-fn within(host: &str, pattern: &str) -> bool {
+pub fn within(host: &str, pattern: &str) -> bool {
     fn ends_with(h: &str, suffix: &str) -> bool {
         h.len() >= suffix.len()
             && h.get(h.len() - suffix.len()..)
@@ -24,6 +24,16 @@ pub fn intersect<'a>(listener: &'a str, route: &'a str) -> Option<&'a str> {
         Some(listener)
     } else {
         None
+    }
+}
+
+/// Is listener hostname `a` more specific than `b` (`None`: no hostname)? Of two
+/// listener hostnames that can match one request, one always lies within the other.
+pub fn more_specific(a: Option<&str>, b: Option<&str>) -> bool {
+    match (a, b) {
+        (None, _) => false,
+        (Some(_), None) => true,
+        (Some(a), Some(b)) => within(a, b) && !a.eq_ignore_ascii_case(b),
     }
 }
 
@@ -95,5 +105,24 @@ mod tests {
         );
         assert_eq!(effective(Some("a.org"), &route), None);
         assert_eq!(effective(None, &[]), Some(vec![None]));
+    }
+
+    #[test]
+    fn specificity_orders_nested_listener_hostnames() {
+        assert!(more_specific(Some("*.example.com"), None));
+        assert!(more_specific(
+            Some("*.foo.example.com"),
+            Some("*.example.com")
+        ));
+        assert!(more_specific(
+            Some("abc.foo.example.com"),
+            Some("*.foo.example.com")
+        ));
+        assert!(!more_specific(Some("*.example.com"), Some("*.example.com")));
+        assert!(!more_specific(
+            Some("*.example.com"),
+            Some("*.foo.example.com")
+        ));
+        assert!(!more_specific(None, None));
     }
 }

@@ -181,7 +181,7 @@ fn attach_one(
     }
     let allowed: Vec<usize> = allowed
         .into_iter()
-        .filter(|&i| gateway.listeners[i].usable())
+        .filter(|&i| gateway.listeners[i].attachable())
         .collect();
     if allowed.is_empty() {
         return cond::not_accepted(

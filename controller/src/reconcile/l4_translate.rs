@@ -1,4 +1,4 @@
-//! Translation of TCP, UDP and TLS-passthrough listeners into the proxy's L4 sockets.
+//! Translation of TCP, UDP and TLS listeners into the proxy's L4 sockets.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -25,8 +25,10 @@ struct Plan {
     /// Certificates by SNI of TLS-terminating listeners.
     tls: Option<TlsCerts>,
     sections: Vec<Arc<str>>,
-    /// (route index, hostname) in listener order.
-    entries: Vec<(usize, Option<String>)>,
+    /// (route index, hostname, terminated) in listener order.
+    entries: Vec<(usize, Option<String>, bool)>,
+    /// TLS listeners' (hostname, terminates), for a port with both modes.
+    tls_listeners: Vec<(Option<String>, bool)>,
 }
 
 /// Adds every usable L4 listener of `gateways` to `snapshot`.
@@ -97,7 +99,21 @@ pub fn add_listeners(
                     tls: None,
                     sections: Vec::new(),
                     entries: Vec::new(),
+                    tls_listeners: Vec::new(),
                 });
+            // Terminate and Passthrough listeners on one port: mixed mode.
+            if matches!(
+                (plan.protocol, protocol),
+                (Protocol::TlsTerminate, Protocol::TlsPassthrough)
+                    | (Protocol::TlsPassthrough, Protocol::TlsTerminate)
+            ) {
+                plan.protocol = Protocol::TlsMixed;
+            }
+            let terminates = protocol == Protocol::TlsTerminate;
+            if protocol == Protocol::TlsTerminate || protocol == Protocol::TlsPassthrough {
+                plan.tls_listeners
+                    .push((listener.spec.hostname.clone(), terminates));
+            }
             plan.sections.push(listener.section());
             if let Some(cert) = &listener.certificate {
                 plan.tls
@@ -106,7 +122,7 @@ pub fn add_listeners(
             }
             for att in &listener.l4_attachments {
                 for host in att.hostnames.iter() {
-                    plan.entries.push((att.route, host.clone()));
+                    plan.entries.push((att.route, host.clone(), terminates));
                 }
             }
         }
@@ -117,15 +133,25 @@ pub fn add_listeners(
             let (ra, rb) = (&routes[a.0].0, &routes[b.0].0);
             (ra.created, &ra.key).cmp(&(rb.created, &rb.key))
         });
+        let mixed = plan.protocol == Protocol::TlsMixed;
         let mut l4 = L4Routes::default();
-        for (index, host) in plan.entries {
+        for (index, host, terminated) in plan.entries {
             let Some((route, _)) = routes.get(index) else {
                 continue;
             };
             let target = targets
                 .entry((Arc::clone(&plan.gateway), index))
                 .or_insert_with(|| Arc::new(target(&plan.gateway, route)));
-            l4.add(host.as_deref(), Arc::clone(target));
+            if mixed && terminated {
+                l4.add_terminated(host.as_deref(), Arc::clone(target));
+            } else {
+                l4.add(host.as_deref(), Arc::clone(target));
+            }
+        }
+        if mixed {
+            for (hostname, terminates) in &plan.tls_listeners {
+                l4.add_listener(hostname.as_deref(), *terminates);
+            }
         }
         let mut listener = Listener::l4(addr, plan.gateway, plan.sections, plan.protocol, l4)
             .with_public_port(plan.port);

@@ -169,6 +169,7 @@ fn run(
             let model = GatewayModel {
                 key: (*key).clone(),
                 generation: gw.metadata.generation.unwrap_or(1),
+                rejected: gateway::rejected(gw),
                 address: addresses
                     .remove(*key)
                     .unwrap_or(Err(AddressError::PoolExhausted)),
@@ -366,6 +367,10 @@ fn gateway_status(m: &GatewayModel<'_>) -> GatewayStatus {
         .collect();
     let usable = own.iter().filter(|l| l.usable()).count();
     let accepted = match &m.address {
+        _ if m.rejected.is_some() => {
+            let (reason, why) = m.rejected.clone().unwrap_or_default();
+            cond::not_accepted(generation, reason, why)
+        }
         Err(AddressError::Unsupported(why)) => {
             cond::not_accepted(generation, "UnsupportedAddress", why.clone())
         }
@@ -382,6 +387,9 @@ fn gateway_status(m: &GatewayModel<'_>) -> GatewayStatus {
         _ => cond::accepted(generation, "Gateway"),
     };
     let programmed = match &m.address {
+        _ if m.rejected.is_some() => {
+            cond::not_programmed(generation, "Invalid", "the Gateway is not accepted")
+        }
         Err(AddressError::Unsupported(why)) => {
             cond::not_programmed(generation, "AddressNotUsable", why.clone())
         }

@@ -378,6 +378,44 @@ pub fn place(
     }
 }
 
+/// Listener isolation: a request belongs to the most specific listener on its port
+/// whose hostname matches it, and only that listener's routes may answer it. The route
+/// hostnames that a more specific listener of the same port covers entirely (the
+/// hostname-less listener's `*.example.com` when a `*.example.com` listener exists) are
+/// not served by the less specific listener `i`. Partial overlaps need nothing here:
+/// the route table picks the most specific host entry and never falls back to a
+/// broader one. Decided from the listeners alone, so the attachment it is part of can
+/// be reused while the Gateway stands.
+fn isolated(
+    gateway: &GatewayModel<'_>,
+    i: usize,
+    hostnames: Vec<Option<String>>,
+) -> Vec<Option<String>> {
+    let l = &gateway.listeners[i];
+    if l.is_l4() {
+        return hostnames;
+    }
+    let own = l.spec.hostname.as_deref();
+    let (port, https) = (l.spec.port, l.is_https());
+    let narrower: Vec<&str> = gateway
+        .listeners
+        .iter()
+        .filter(|o| o.usable() && !o.is_l4() && o.spec.port == port && o.is_https() == https)
+        .filter_map(|o| o.spec.hostname.as_deref())
+        .filter(|h| hostname::more_specific(Some(h), own))
+        .collect();
+    if narrower.is_empty() {
+        return hostnames;
+    }
+    hostnames
+        .into_iter()
+        .filter(|h| {
+            h.as_deref()
+                .is_none_or(|h| !narrower.iter().any(|n| hostname::within(h, n)))
+        })
+        .collect()
+}
+
 /// ResolvedRefs from a route's first backendRef problem.
 pub(super) fn refs_condition(generation: i64, refs: &Result<(), RefProblem>) -> Condition {
     match refs {
@@ -461,11 +499,11 @@ fn attach_one(
             "the listeners' allowedRoutes do not admit this route",
         );
     }
-    // Routes attach only where traffic can be served; a conflicted or invalid listener
-    // keeps its own conditions and takes no routes.
+    // A conflicted or invalid listener keeps its own conditions and takes no routes;
+    // one only missing its certificate takes them (counted, not served).
     let allowed: Vec<usize> = allowed
         .into_iter()
-        .filter(|&i| gateway.listeners[i].usable())
+        .filter(|&i| gateway.listeners[i].attachable())
         .collect();
     if allowed.is_empty() {
         return cond::not_accepted(
@@ -485,6 +523,7 @@ fn attach_one(
                 .into_iter()
                 .map(|h| h.map(|h| h.to_ascii_lowercase()))
                 .collect();
+            let hostnames = isolated(gateway, i, hostnames).into();
             placements.push(Placement {
                 gateway: gateway.key.clone(),
                 listener: i,

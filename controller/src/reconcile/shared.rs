@@ -21,7 +21,6 @@ struct Claim {
     port: i32,
     udp: bool,
     protocol: String,
-    terminates_tls: bool,
     hostname: Option<String>,
 }
 
@@ -59,7 +58,7 @@ pub(super) fn resolve_conflicts(
             let protocol_clash = claims
                 .iter()
                 .filter(same_socket)
-                .find(|c| c.protocol != l.spec.protocol || c.terminates_tls != l.terminates_tls());
+                .find(|c| c.protocol != l.spec.protocol);
             if let Some(c) = protocol_clash {
                 l.conflict = Some((
                     "ProtocolConflict",
@@ -92,7 +91,6 @@ pub(super) fn resolve_conflicts(
                 port,
                 udp,
                 protocol: l.spec.protocol.clone(),
-                terminates_tls: l.terminates_tls(),
                 hostname,
             });
         }

@@ -1,10 +1,13 @@
 //! Layer-4 forwarding: TCPRoute (bytes), UDPRoute (datagrams per client flow) and
-//! TLSRoute passthrough (bytes, routed by the ClientHello's SNI without terminating).
+//! TLSRoute (passthrough: bytes routed by the ClientHello's SNI without terminating;
+//! terminate: the decrypted stream; mixed: either, by the listener owning the SNI).
 //!
 //! An L4 socket carries an [`L4Routes`] instead of an HTTP route table; the HTTP path
 //! never looks at it.
 
+mod mixed;
 pub mod passthrough;
+mod rewind;
 pub mod sni;
 pub mod tcp;
 mod terminate;
@@ -97,6 +100,9 @@ pub async fn serve_stream(
     if protocol == crate::Protocol::TlsTerminate {
         return terminate::serve(stream, peer, routes, tls, force_close).await;
     }
+    if protocol == crate::Protocol::TlsMixed {
+        return mixed::serve(stream, peer, routes, tls, force_close).await;
+    }
     match routes.lookup(None) {
         Some(target) => tcp::forward(stream, peer, target, &[], force_close).await,
         None => refused("no_route"),
@@ -114,6 +120,27 @@ pub fn refused(reason: &'static str) {
 #[derive(Debug, Default)]
 pub struct L4Routes {
     targets: HostMap<Arc<L4Target>>,
+    /// Set on a socket with TLS listeners of both modes; `targets` then holds the
+    /// Passthrough listeners' routes.
+    mixed: Option<Box<Mixed>>,
+}
+
+/// What a mixed TLS socket needs besides its passthrough targets.
+#[derive(Debug, Default)]
+struct Mixed {
+    /// By listener hostname: does the listener owning a server name terminate? The
+    /// owner is the most specific listener hostname matching it, as for HTTP
+    /// listener isolation, so a route of one mode never serves the other's names.
+    terminates: HostMap<bool>,
+    /// The Terminate listeners' routes.
+    terminated: L4Routes,
+}
+
+/// How a mixed TLS socket treats one connection.
+pub enum Mode<'a> {
+    Passthrough,
+    /// Terminate, then route by SNI among these.
+    Terminate(&'a L4Routes),
 }
 
 impl L4Routes {
@@ -129,29 +156,78 @@ impl L4Routes {
         self.targets.insert_first(hostname, target);
     }
 
+    /// Adds a Terminate listener's `target` on a mixed socket (see [`Self::add`]).
+    pub fn add_terminated(&mut self, hostname: Option<&str>, target: Arc<L4Target>) {
+        self.mixed
+            .get_or_insert_default()
+            .terminated
+            .add(hostname, target);
+    }
+
+    /// Makes this a mixed socket and records the mode of the listener with
+    /// `hostname` (`None`: no hostname); the first listener for a name keeps it.
+    pub fn add_listener(&mut self, hostname: Option<&str>, terminates: bool) {
+        self.mixed
+            .get_or_insert_default()
+            .terminates
+            .insert_first(hostname, terminates);
+    }
+
+    /// On a mixed socket, the mode of the listener owning `server_name`; `None` when
+    /// no listener's hostname matches it (or this is not a mixed socket).
+    pub fn mode(&self, server_name: Option<&str>) -> Option<Mode<'_>> {
+        let mixed = self.mixed.as_deref()?;
+        let terminates = host_lookup(&mixed.terminates, server_name)?;
+        Some(if *terminates {
+            Mode::Terminate(&mixed.terminated)
+        } else {
+            Mode::Passthrough
+        })
+    }
+
     /// The target for a server name (any-host target for `None`).
     pub fn lookup(&self, server_name: Option<&str>) -> Option<&Arc<L4Target>> {
-        match server_name.map(|n| n.trim_end_matches('.')) {
-            Some(n) if n.bytes().any(|b| b.is_ascii_uppercase()) => {
-                self.targets.get(Some(&n.to_ascii_lowercase()))
-            }
-            n => self.targets.get(n),
-        }
+        host_lookup(&self.targets, server_name)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.targets.is_empty()
+        self.targets.is_empty() && self.mixed.as_ref().is_none_or(|m| m.terminated.is_empty())
+    }
+}
+
+/// SNI is case-insensitive and may carry the root's trailing dot.
+fn host_lookup<'a, T>(map: &'a HostMap<T>, server_name: Option<&str>) -> Option<&'a T> {
+    match server_name.map(|n| n.trim_end_matches('.')) {
+        Some(n) if n.bytes().any(|b| b.is_ascii_uppercase()) => {
+            map.get(Some(&n.to_ascii_lowercase()))
+        }
+        n => map.get(n),
     }
 }
 
 impl Serialize for L4Routes {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let named = self.targets.named();
+        if let Some(mixed) = &self.mixed {
+            let mut m = s.serialize_map(Some(2))?;
+            m.serialize_entry("passthrough", &Targets(&self.targets))?;
+            m.serialize_entry("terminate", &Targets(&mixed.terminated.targets))?;
+            return m.end();
+        }
+        Targets(&self.targets).serialize(s)
+    }
+}
+
+struct Targets<'a>(&'a HostMap<Arc<L4Target>>);
+
+impl Serialize for Targets<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let Targets(targets) = self;
+        let named = targets.named();
         let mut m = s.serialize_map(Some(named.len() + 1))?;
         for (name, t) in named {
             m.serialize_entry(&name, t)?;
         }
-        if let Some(any) = self.targets.any() {
+        if let Some(any) = targets.any() {
             m.serialize_entry("*", any)?;
         }
         m.end()

@@ -25,6 +25,18 @@ pub async fn serve(
     routes: &L4Routes,
     force_close: &CancellationToken,
 ) {
+    let Some((name, hello)) = read_hello(&mut client, peer).await else {
+        return;
+    };
+    forward(client, peer, routes, name.as_deref(), &hello, force_close).await;
+}
+
+/// Reads the client's ClientHello without answering it: its server name (`None`: it
+/// sent none) and every byte read. `None` when there is no usable hello (counted).
+pub(super) async fn read_hello(
+    client: &mut TcpStream,
+    peer: SocketAddr,
+) -> Option<(Option<String>, Vec<u8>)> {
     let mut buf = Vec::with_capacity(4096);
     let read = tokio::time::timeout(HELLO_TIMEOUT, async {
         loop {
@@ -48,22 +60,34 @@ pub async fn serve(
         Ok(Ok(Hello::Invalid(why))) => {
             tracing::debug!(%peer, why, "not a usable ClientHello");
             refused("bad_client_hello");
-            return;
+            return None;
         }
         Ok(Ok(Hello::NeedMore)) | Ok(Err(_)) => {
             refused("bad_client_hello");
-            return;
+            return None;
         }
         Err(_) => {
             tracing::debug!(%peer, "ClientHello timed out");
             refused("client_hello_timeout");
-            return;
+            return None;
         }
     };
-    let Some(target) = routes.lookup(name.as_deref()) else {
+    Some((name, buf))
+}
+
+/// Forwards a connection whose hello (`hello`, already read) named `name`.
+pub(super) async fn forward(
+    client: TcpStream,
+    peer: SocketAddr,
+    routes: &L4Routes,
+    name: Option<&str>,
+    hello: &[u8],
+    force_close: &CancellationToken,
+) {
+    let Some(target) = routes.lookup(name) else {
         tracing::debug!(%peer, sni = ?name, "no TLSRoute for this server name");
         refused("no_route");
         return;
     };
-    tcp::forward(client, peer, target, &buf, force_close).await;
+    tcp::forward(client, peer, target, hello, force_close).await;
 }

@@ -145,9 +145,9 @@ impl ClientStream for TcpStream {
     }
 }
 
-impl ClientStream for tokio_rustls::server::TlsStream<TcpStream> {
+impl<S: ClientStream> ClientStream for tokio_rustls::server::TlsStream<S> {
     fn tcp(&self) -> &TcpStream {
-        self.get_ref().0
+        self.get_ref().0.tcp()
     }
 }
 

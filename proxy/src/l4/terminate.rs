@@ -5,16 +5,16 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::passthrough::HELLO_TIMEOUT;
+use super::tcp::ClientStream;
 use super::{L4Routes, refused, tcp};
 use crate::telemetry;
 
-pub async fn serve(
-    client: TcpStream,
+pub async fn serve<S: ClientStream>(
+    client: S,
     peer: SocketAddr,
     routes: &L4Routes,
     tls: &Arc<rustls::ServerConfig>,

@@ -76,6 +76,8 @@ pub const KNOWN_FEATURES: &[&str] = &[
     "ListenerSet",
     "GRPCRoute",
     "TLSRoute",
+    "TLSRouteModeTerminate",
+    "TLSRouteModeMixed",
     "TCPRoute",
     "UDPRoute",
     "BackendTLSPolicy",

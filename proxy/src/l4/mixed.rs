@@ -1,0 +1,38 @@
+//! TLSRoute mixed mode: a port with Terminate and Passthrough TLS listeners. The
+//! ClientHello is read (not answered) as for passthrough; the listener owning its
+//! server name decides: passthrough forwards everything read so far untouched, and
+//! terminate replays the hello into the edge's own handshake.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use super::rewind::Rewind;
+use super::{L4Routes, Mode, passthrough, refused, terminate};
+
+pub async fn serve(
+    mut client: TcpStream,
+    peer: SocketAddr,
+    routes: &L4Routes,
+    tls: &Arc<rustls::ServerConfig>,
+    force_close: &CancellationToken,
+) {
+    let Some((name, hello)) = passthrough::read_hello(&mut client, peer).await else {
+        return;
+    };
+    match routes.mode(name.as_deref()) {
+        Some(Mode::Passthrough) => {
+            passthrough::forward(client, peer, routes, name.as_deref(), &hello, force_close).await;
+        }
+        Some(Mode::Terminate(terminated)) => {
+            let client = Rewind::new(hello, client);
+            terminate::serve(client, peer, terminated, tls, force_close).await;
+        }
+        None => {
+            tracing::debug!(%peer, sni = ?name, "no TLS listener for this server name");
+            refused("no_route");
+        }
+    }
+}
