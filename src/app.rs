@@ -171,7 +171,7 @@ impl Control<'_> {
         if let Some((path, written)) = &mut self.port_state {
             let text = crate::portstate::render(self.publisher.statuses());
             if *written != text {
-                crate::portstate::save(path, &text)?;
+                crate::portstate::save_in_background(path.clone(), text.clone()).await?;
                 *written = text;
             }
         }
