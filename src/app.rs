@@ -84,6 +84,14 @@ async fn run_files(
     settings: Settings,
     publisher: &mut Publisher,
 ) -> anyhow::Result<()> {
+    // A path that is not there at startup is a typo or a missing mount, not an empty
+    // configuration: serving nothing would look healthy. Only startup is checked; the
+    // watcher handles what changes later.
+    for path in &args.manifests {
+        tokio::fs::metadata(path)
+            .await
+            .with_context(|| format!("--manifests {}", path.display()))?;
+    }
     let (_watcher, mut changes) =
         files::watch(&args.manifests, SETTLE).context("cannot watch the manifests")?;
     let seed = match &args.port_state {
