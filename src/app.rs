@@ -21,8 +21,6 @@ use crate::publish::Publisher;
 
 /// Editors write in bursts; one reconcile per burst.
 pub(crate) const SETTLE: Duration = Duration::from_millis(100);
-/// How often sockets that failed to bind are tried again.
-pub(crate) const BIND_RETRY: Duration = Duration::from_secs(1);
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let prometheus = install_metrics()?;
@@ -109,12 +107,12 @@ async fn run_files(
 
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
-    let mut bind_retry = tokio::time::interval(BIND_RETRY);
     loop {
+        let bind_retry = control.publisher.bind_retry_at();
         tokio::select! {
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
-            _ = bind_retry.tick() => { control.publisher.retry_binds(); }
+            () = crate::publish::sleep_until(bind_retry) => { control.publisher.retry_binds(); }
             tick = changes.recv() => {
                 if tick.is_none() { break; }
                 if let Err(e) = control.reload().await {

@@ -16,7 +16,7 @@ use anyhow::Context;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
-use crate::app::{BIND_RETRY, SETTLE};
+use crate::app::SETTLE;
 use crate::cli::RunArgs;
 use crate::publish::Publisher;
 
@@ -94,13 +94,13 @@ pub async fn run(
 
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
-    let mut bind_retry = tokio::time::interval(BIND_RETRY);
     let mut last_reconcile: Option<tokio::time::Instant> = None;
     loop {
+        let bind_retry = publisher.bind_retry_at();
         tokio::select! {
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
-            _ = bind_retry.tick() => {
+            () = crate::publish::sleep_until(bind_retry) => {
                 if publisher.retry_binds() {
                     status_tx.send_replace(Arc::clone(publisher.statuses()));
                 }
