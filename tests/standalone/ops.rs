@@ -1,5 +1,5 @@
-//! What an operator sees: a bad `--manifests` path stops the start, and a listener
-//! whose port is taken logs once and then retries quietly.
+//! What an operator sees: a bad `--manifests` path stops the start, a listener whose
+//! port is taken logs once and then retries quietly, and process logs in JSON.
 
 use std::time::Duration;
 
@@ -120,6 +120,62 @@ async fn a_failing_bind_logs_once_then_binds_when_the_port_frees() -> TestResult
     ensure!(
         lines_with(&log, "cannot bind listener") == 1,
         "the bind failure was logged again:\n{log}"
+    );
+    env.pass()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn log_format_json_writes_one_json_object_per_line() -> TestResult {
+    let env = TestEnv::new(92)?;
+    let net = env.net;
+    let mut infra = standard_infra(net);
+    infra.push_str(&route(
+        "default",
+        "route-a",
+        "edge",
+        &[],
+        &[("PathPrefix", "/", "svc-a")],
+    ));
+    env.write_manifest("infra.yaml", &infra)?;
+    // A broken file: an ERROR with fields (file, line, reason) among the lines.
+    env.write_manifest("broken.yaml", "kind: [unclosed\n")?;
+    let _echo = env.spawn_echo(net.echo_a(), "a").await?;
+    let mut edge = env
+        .spawn_edge_args("edge", &[env.manifests()], &["--log-format", "json"])
+        .await?;
+    env.wait_listener(net.gw()).await?;
+    let e = env.h1(net.gw(), "any.example.com", "/").await?.echo()?;
+    ensure!(e.name() == "a", "answered by {}", e.0);
+    edge.signal("TERM")?;
+    let status = edge.wait_exit(EVENTUALLY).await?;
+    ensure!(status.success(), "the edge exited with {status}");
+
+    let log = edge.log();
+    let mut levels = std::collections::BTreeSet::new();
+    let mut messages = Vec::new();
+    for line in log.lines() {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .map_err(|e| err(format!("not JSON ({e}): {line:?}\nlog:\n{log}")))?;
+        for field in ["level", "target", "message", "timestamp"] {
+            ensure!(v[field].is_string(), "no string {field:?} in {line}");
+        }
+        levels.insert(v["level"].as_str().unwrap_or_default().to_owned());
+        messages.push(v["message"].as_str().unwrap_or_default().to_owned());
+    }
+    // Enough lines to mean something: startup, the manifest error, the drain.
+    for want in [
+        "configuration applied",
+        "listener bound",
+        "drained; exiting",
+    ] {
+        ensure!(
+            messages.iter().any(|m| m == want),
+            "no {want:?} line in:\n{log}"
+        );
+    }
+    ensure!(
+        levels.contains("ERROR") && levels.contains("INFO"),
+        "levels {levels:?}"
     );
     env.pass()
 }
