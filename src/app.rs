@@ -21,8 +21,6 @@ use crate::publish::Publisher;
 
 /// Editors write in bursts; one reconcile per burst.
 pub(crate) const SETTLE: Duration = Duration::from_millis(100);
-/// How often sockets that failed to bind are tried again.
-pub(crate) const BIND_RETRY: Duration = Duration::from_secs(1);
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let prometheus = install_metrics()?;
@@ -84,6 +82,14 @@ async fn run_files(
     settings: Settings,
     publisher: &mut Publisher,
 ) -> anyhow::Result<()> {
+    // A path that is not there at startup is a typo or a missing mount, not an empty
+    // configuration: serving nothing would look healthy. Only startup is checked; the
+    // watcher handles what changes later.
+    for path in &args.manifests {
+        tokio::fs::metadata(path)
+            .await
+            .with_context(|| format!("--manifests {}", path.display()))?;
+    }
     let (_watcher, mut changes) = files::watch(&args.manifests, SETTLE, files::may_hold_manifests)
         .context("cannot watch the manifests")?;
     let seed = match &args.port_state {
@@ -103,12 +109,12 @@ async fn run_files(
 
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
-    let mut bind_retry = tokio::time::interval(BIND_RETRY);
     loop {
+        let bind_retry = control.publisher.bind_retry_at();
         tokio::select! {
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
-            _ = bind_retry.tick() => { control.publisher.retry_binds(); }
+            () = crate::publish::sleep_until(bind_retry) => { control.publisher.retry_binds(); }
             tick = changes.recv() => {
                 if tick.is_none() { break; }
                 if let Err(e) = control.reload().await {
@@ -210,7 +216,7 @@ impl Control<'_> {
         if let Some((path, written)) = &mut self.port_state {
             let text = crate::portstate::render(self.publisher.statuses());
             if *written != text {
-                crate::portstate::save(path, &text)?;
+                crate::portstate::save_in_background(path.clone(), text.clone()).await?;
                 *written = text;
             }
         }

@@ -14,8 +14,20 @@ use ipnet::IpNet;
     about = "Kubernetes Gateway API edge proxy and reconciler in one process"
 )]
 pub struct Cli {
+    /// Process logs on stderr: `text` (one human-readable line per event) or `json`
+    /// (one JSON object per line: timestamp, level, target, message and the event's
+    /// fields), for log collectors.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
     #[command(subcommand)]
     pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]

@@ -17,7 +17,7 @@ use anyhow::Context;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
-use crate::app::{BIND_RETRY, SETTLE};
+use crate::app::SETTLE;
 use crate::cli::RunArgs;
 use crate::publish::Publisher;
 
@@ -95,14 +95,14 @@ pub async fn run(
 
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
-    let mut bind_retry = tokio::time::interval(BIND_RETRY);
     let mut last_reconcile: Option<tokio::time::Instant> = None;
     let mut reconciler: Option<Reconciler> = None;
     loop {
+        let bind_retry = publisher.bind_retry_at();
         tokio::select! {
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
-            _ = bind_retry.tick() => {
+            () = crate::publish::sleep_until(bind_retry) => {
                 if publisher.retry_binds() {
                     status_tx.send_replace(Arc::clone(publisher.statuses()));
                 }

@@ -1,24 +1,52 @@
+use std::process::ExitCode;
+
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-use aether_edge::cli::{Cli, Command};
+use aether_edge::cli::{Cli, Command, LogFormat};
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logs(cli.log_format);
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // Through the log, so a JSON log stays JSON to its last line.
+            tracing::error!(error = %format!("{e:#}"), "aether-edge cannot continue");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match command {
+        Command::Run(args) => runtime.block_on(aether_edge::app::run(*args)),
+        Command::Echo(args) => runtime.block_on(aether_edge::echo::run(args)),
+    }
+}
+
+fn init_logs(format: LogFormat) {
     // rustls warns on every handshake with a client quirk (an IP address sent as SNI),
     // which any client can trigger at will: keep those out of the default log.
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,rustls=error"));
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    match cli.command {
-        Command::Run(args) => runtime.block_on(aether_edge::app::run(*args)),
-        Command::Echo(args) => runtime.block_on(aether_edge::echo::run(args)),
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        // Fields at the top level (message, addr, error, ...) beside timestamp, level
+        // and target, as collectors index them; spans are not used for context here.
+        LogFormat::Json => logs
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .init(),
     }
 }

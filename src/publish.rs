@@ -3,12 +3,14 @@
 //! the admin server's `/status`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use aether_controller::Timestamp;
 use aether_controller::manifest::ManifestError;
 use aether_controller::{Outcome, Statuses};
 use aether_proxy::{ListenerManager, Snapshot};
 use metrics::{counter, gauge};
+use tokio::time::Instant;
 
 use crate::admin::{AdminState, StatusDoc};
 
@@ -23,6 +25,27 @@ pub struct Publisher {
     /// What those were stamped from: a status the reconciler hands out again unchanged
     /// is published again as it was.
     stamped_from: Statuses,
+    /// While some socket fails to bind: when to try again, and the delay that led there.
+    bind_retry: Option<(Instant, Duration)>,
+}
+
+/// The first retry of a failed bind comes this soon; each further one waits twice as
+/// long, up to `BIND_RETRY_MAX`. A port held by another process is often freed within
+/// seconds (an old edge draining), but may stay taken for hours.
+pub const BIND_RETRY_FIRST: Duration = Duration::from_secs(1);
+pub const BIND_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The delay before the next bind retry, after `previous` (none: the first failure).
+fn next_bind_delay(previous: Option<Duration>) -> Duration {
+    previous.map_or(BIND_RETRY_FIRST, |d| (d * 2).min(BIND_RETRY_MAX))
+}
+
+/// Waits until `at`; never, when there is nothing to wait for.
+pub async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// What the last reconcile produced, before bind results were folded in.
@@ -42,6 +65,7 @@ impl Publisher {
             current: None,
             statuses: Arc::default(),
             stamped_from: Statuses::default(),
+            bind_retry: None,
         }
     }
 
@@ -63,12 +87,14 @@ impl Publisher {
             errors: Arc::new(errors),
             bind_failures: 0,
         });
-        self.publish();
+        // A new configuration is a new attempt: its failures start a fresh backoff.
+        self.bind_retry = None;
+        self.publish(false);
     }
 
     /// Brings listeners in line with the current Snapshot and publishes the statuses,
     /// with any sockets that could not be bound marked on their listeners.
-    fn publish(&mut self) {
+    fn publish(&mut self, retry: bool) {
         let Some(current) = self.current.as_mut() else {
             return;
         };
@@ -83,25 +109,57 @@ impl Publisher {
             statuses: Arc::clone(&statuses),
             errors: Arc::clone(&current.errors),
         }));
-        tracing::info!(
-            generation = self.generation,
-            listeners = current.snapshot.listeners.len(),
-            errors = current.errors.len(),
-            bind_failures = failures.len(),
-            "configuration applied"
-        );
+        // A retry that changed nothing is not news; the listener manager logs binds.
+        if !retry || failures.len() != current.bind_failures {
+            tracing::info!(
+                generation = self.generation,
+                listeners = current.snapshot.listeners.len(),
+                errors = current.errors.len(),
+                bind_failures = failures.len(),
+                "configuration applied"
+            );
+        }
+        self.bind_retry = if failures.is_empty() {
+            None
+        } else {
+            let delay = next_bind_delay(self.bind_retry.map(|(_, d)| d));
+            Some((Instant::now() + delay, delay))
+        };
         current.bind_failures = failures.len();
         self.statuses = statuses;
     }
 
-    /// Sockets that failed to bind (typically a port still held by another process)
-    /// are retried until they bind or the configuration stops asking for them. True
-    /// when it re-published.
+    /// When `retry_binds` is due: some socket failed to bind (typically a port still
+    /// held by another process). None while every socket is bound.
+    pub fn bind_retry_at(&self) -> Option<Instant> {
+        self.bind_retry.map(|(at, _)| at)
+    }
+
+    /// Sockets that failed to bind are retried, with backoff (`bind_retry_at`), until
+    /// they bind or the configuration stops asking for them. True when it re-published.
     pub fn retry_binds(&mut self) -> bool {
         if self.current.as_ref().is_some_and(|c| c.bind_failures > 0) {
-            self.publish();
+            self.publish(true);
             return true;
         }
+        self.bind_retry = None;
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_retries_back_off_from_one_second_to_thirty() {
+        let mut delays = Vec::new();
+        let mut d = None;
+        for _ in 0..8 {
+            let next = next_bind_delay(d);
+            delays.push(next.as_secs());
+            d = Some(next);
+        }
+        assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30, 30]);
     }
 }

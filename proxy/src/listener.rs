@@ -41,6 +41,15 @@ pub struct ListenerManager {
     running: HashMap<SocketAddr, Running>,
     /// UDP sockets, apart: a UDP and a TCP listener may share an address.
     running_udp: HashMap<SocketAddr, Running>,
+    /// Sockets whose last bind failed, and why: a failure is logged when it starts or
+    /// its reason changes, not on every retry.
+    failing: HashMap<(Transport, SocketAddr), String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Transport {
+    Tcp,
+    Udp,
 }
 
 const BACKLOG: i32 = 1024;
@@ -54,6 +63,7 @@ impl ListenerManager {
             limits: Arc::new(limits),
             running: HashMap::new(),
             running_udp: HashMap::new(),
+            failing: HashMap::new(),
         }
     }
 
@@ -75,6 +85,12 @@ impl ListenerManager {
                 r.cancel.cancel();
             }
         }
+        // A socket the Snapshot stopped asking for starts over: if it comes back and
+        // fails, that is news.
+        self.failing.retain(|(transport, addr), _| match transport {
+            Transport::Tcp => snapshot.listeners.contains_key(addr),
+            Transport::Udp => snapshot.udp.contains_key(addr),
+        });
         let mut failures = Vec::new();
         for addr in snapshot.listeners.keys() {
             if self.running.contains_key(addr) {
@@ -82,7 +98,8 @@ impl ListenerManager {
             }
             match bind(*addr) {
                 Ok(listener) => {
-                    tracing::info!(%addr, "listener bound");
+                    let retried = self.failing.remove(&(Transport::Tcp, *addr)).is_some();
+                    tracing::info!(%addr, retried, "listener bound");
                     let cancel = CancellationToken::new();
                     let task = tokio::spawn(serve(
                         listener,
@@ -100,14 +117,7 @@ impl ListenerManager {
                     ));
                     self.running.insert(*addr, Running { cancel, task });
                 }
-                Err(e) => {
-                    metrics::counter!(telemetry::LISTENER_BIND_ERRORS_TOTAL).increment(1);
-                    tracing::error!(%addr, error = %e, "cannot bind listener");
-                    failures.push(BindFailure {
-                        addr: *addr,
-                        reason: e.to_string(),
-                    });
-                }
+                Err(e) => failures.push(self.bind_failed(Transport::Tcp, *addr, &e)),
             }
         }
         self.apply_udp(&snapshot, &mut failures);
@@ -133,7 +143,8 @@ impl ListenerManager {
                 .and_then(tokio::net::UdpSocket::from_std)
             {
                 Ok(socket) => {
-                    tracing::info!(%addr, "UDP listener bound");
+                    let retried = self.failing.remove(&(Transport::Udp, *addr)).is_some();
+                    tracing::info!(%addr, retried, "UDP listener bound");
                     let cancel = CancellationToken::new();
                     let task = tokio::spawn(crate::l4::udp::serve(
                         socket,
@@ -144,16 +155,32 @@ impl ListenerManager {
                     ));
                     self.running_udp.insert(*addr, Running { cancel, task });
                 }
-                Err(e) => {
-                    metrics::counter!(telemetry::LISTENER_BIND_ERRORS_TOTAL).increment(1);
-                    tracing::error!(%addr, error = %e, "cannot bind UDP listener");
-                    failures.push(BindFailure {
-                        addr: *addr,
-                        reason: e.to_string(),
-                    });
-                }
+                Err(e) => failures.push(self.bind_failed(Transport::Udp, *addr, &e)),
             }
         }
+    }
+
+    /// Counts a failed bind, and logs it if it is new or failed differently than last
+    /// time: a port held for hours must not log on every retry.
+    fn bind_failed(
+        &mut self,
+        transport: Transport,
+        addr: SocketAddr,
+        e: &std::io::Error,
+    ) -> BindFailure {
+        metrics::counter!(telemetry::LISTENER_BIND_ERRORS_TOTAL).increment(1);
+        let reason = e.to_string();
+        let kind = match transport {
+            Transport::Tcp => "TCP",
+            Transport::Udp => "UDP",
+        };
+        if self.failing.get(&(transport, addr)) == Some(&reason) {
+            tracing::debug!(%addr, error = %e, kind, "listener still cannot bind");
+        } else {
+            tracing::error!(%addr, error = %e, kind, "cannot bind listener; retrying with backoff");
+            self.failing.insert((transport, addr), reason.clone());
+        }
+        BindFailure { addr, reason }
     }
 
     /// The addresses currently bound.

@@ -28,6 +28,7 @@ mod mesh_health;
 mod mesh_pool;
 mod mesh_rotation;
 mod metrics;
+mod ops;
 mod reload;
 mod retry;
 mod retry_body;

@@ -18,13 +18,28 @@ app.kubernetes.io/part-of: aether
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
-{{/* Seconds in a Go duration such as "30s" or "2m": the grace period is derived from them. */}}
+{{/*
+Whole seconds (rounded up) in a duration such as "30s", "2m", "1m30s", "1h" or
+"500ms": the grace period is derived from them. Units h, m, s and ms, alone or
+combined in that order, as the binary's --drain-delay/--drain-timeout take them; a
+bare 0 is zero. Anything else fails the render rather than guess a shorter period.
+*/}}
 {{- define "aether-edge.seconds" -}}
-{{- $d := . | toString -}}
-{{- if hasSuffix "ms" $d -}}1
-{{- else if hasSuffix "s" $d -}}{{ trimSuffix "s" $d | int }}
-{{- else if hasSuffix "m" $d -}}{{ mul (trimSuffix "m" $d | int) 60 }}
-{{- else -}}{{ fail (printf "durations must end in ms, s or m: %q" $d) }}
+{{- $d := . | toString | trim -}}
+{{- if eq $d "0" -}}0
+{{- else if not (regexMatch "^([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?$" $d) -}}
+{{- fail (printf "durations must be whole h, m, s and ms, such as 30s, 2m, 1m30s or 500ms: %q" $d) -}}
+{{- else if eq $d "" -}}
+{{- fail "a duration must not be empty" -}}
+{{- else -}}
+{{- $ms := 0 -}}
+{{- range regexFindAll "[0-9]+(ms|h|m|s)" $d -1 -}}
+{{- $n := regexFind "^[0-9]+" . | int64 -}}
+{{- $unit := trimPrefix (regexFind "^[0-9]+" .) . -}}
+{{- $scale := get (dict "h" 3600000 "m" 60000 "s" 1000 "ms" 1) $unit | int64 -}}
+{{- $ms = add $ms (mul $n $scale) -}}
+{{- end -}}
+{{- div (add $ms 999) 1000 -}}
 {{- end -}}
 {{- end -}}
 
