@@ -189,13 +189,20 @@ impl Control<'_> {
         let first = !self.published_once;
         // Reading files and reconciling are blocking work; keep them off the async workers.
         let task = tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
             let loaded = loader.source.load();
             if !loaded.changed && !first {
                 return (loader, None, loaded.errors);
             }
+            let read = started.elapsed();
             let store = loader.source.store_mut();
             aether_controller::l4route::carry_status(store, &previous_l4);
             let outcome = loader.reconciler.reconcile(loader.source.store());
+            tracing::debug!(
+                read_us = read.as_micros(),
+                reconcile_us = (started.elapsed() - read).as_micros(),
+                "manifests reconciled"
+            );
             (loader, Some(outcome), loaded.errors)
         });
         let (loader, outcome, errors) = match task.await {

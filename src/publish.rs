@@ -76,6 +76,7 @@ impl Publisher {
 
     /// Publishes a new reconcile outcome; `errors` are the source's input errors.
     pub fn outcome(&mut self, outcome: Outcome, errors: Vec<ManifestError>) {
+        let started = std::time::Instant::now();
         self.generation += 1;
         let mut snapshot = outcome.snapshot;
         snapshot.generation = self.generation;
@@ -90,6 +91,10 @@ impl Publisher {
         // A new configuration is a new attempt: its failures start a fresh backoff.
         self.bind_retry = None;
         self.publish(false);
+        tracing::debug!(
+            publish_us = started.elapsed().as_micros(),
+            "configuration published"
+        );
     }
 
     /// Brings listeners in line with the current Snapshot and publishes the statuses,

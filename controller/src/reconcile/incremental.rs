@@ -74,6 +74,15 @@ pub(super) struct Memo {
     backends: BackendCache,
     seen: Seen,
     pub(super) translate: TranslateMemo,
+    /// What the last run did again rather than reuse.
+    pub(super) redone: Redone,
+}
+
+/// Counts of work a run did rather than reuse (logged at debug).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Redone {
+    pub compiled: usize,
+    pub attached: usize,
 }
 
 struct CachedRoute {
@@ -186,6 +195,7 @@ pub(super) struct Changes {
 impl Memo {
     /// Compares the Store with what the last run saw, and remembers it.
     pub(super) fn observe(&mut self, store: &Store) -> Changes {
+        self.redone = Redone::default();
         let mut services = BTreeSet::new();
         diff(&self.seen.services, &store.services, |k, _, _| {
             services.insert(k.clone());
@@ -299,6 +309,7 @@ impl Memo {
             }
             self.forget_one(&c);
         }
+        self.redone.compiled += 1;
         resolver.record();
         let model = super::route::compile(key.clone(), kind, route, ext, resolver);
         let referenced = resolver.recorded();
@@ -354,6 +365,7 @@ impl Memo {
             let fresh;
             let attached = match cache.get_mut(&model.key) {
                 Some(entry) => &*entry.attached.get_or_insert_with(|| {
+                    self.redone.attached += 1;
                     super::route::attach_route(store, sets, controller_name, model, route, gateways)
                 }),
                 None => {

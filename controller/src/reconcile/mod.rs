@@ -291,6 +291,15 @@ fn run(
         Addressing::LocalPool(_) => {}
     }
     memo.keep_backends(resolver.into_cache());
+    tracing::debug!(
+        routes = routes.len(),
+        compiled = memo.redone.compiled,
+        attached = memo.redone.attached,
+        all_stale = changes.all_stale,
+        gateway_side = changes.gateway_side,
+        services_changed = changes.services.len(),
+        "reconciled"
+    );
     let services = plan.map(|p| p.services).unwrap_or_default();
     for objects in services.values() {
         let owned = std::iter::once(&objects.service.metadata)
