@@ -78,11 +78,11 @@ impl FileSource {
     pub fn load(&mut self) -> Loaded {
         let (files, mut errors) = manifest::expand(&self.paths);
         let mut changed = false;
-        // Files that are gone take their objects with them.
+        // Files that are gone take their objects with them (`expand` returns them sorted).
         let gone: Vec<PathBuf> = self
             .files
             .keys()
-            .filter(|p| !files.contains(p))
+            .filter(|p| files.binary_search(p).is_err())
             .cloned()
             .collect();
         for file in gone {
