@@ -39,7 +39,7 @@ pub async fn run(
             None
         }
         (Some(path), None) => Some(DedicatedSettings {
-            namespace: args.edge_service.namespace.clone(),
+            namespace: args.edge_service.namespace.to_string(),
             template: load_template(path).await?,
         }),
         _ => None,
@@ -84,7 +84,7 @@ pub async fn run(
         let held = lease::spawn(
             client,
             LeaseConfig {
-                namespace: args.edge_service.namespace.clone(),
+                namespace: args.edge_service.namespace.to_string(),
                 name: args.writer_lease.clone(),
                 identity: identity(),
                 duration: args.lease_duration,

@@ -105,7 +105,7 @@ impl StatusWriter {
                     let server = obj.status.as_ref().map(to_value);
                     out.push(self.plan(
                         "GatewayClass",
-                        ObjectKey::new("", name),
+                        ObjectKey::new("", name.as_str()),
                         rv(&obj.metadata),
                         to_value(&status),
                         server,

@@ -306,7 +306,7 @@ fn run(
             .chain(objects.dedicated.iter().map(|d| &d.pods.metadata));
         for meta in owned {
             if let (Some(ns), Some(name)) = (&meta.namespace, &meta.name) {
-                endpoint_interest.insert(ObjectKey::new(ns, name));
+                endpoint_interest.insert(ObjectKey::new(ns.as_str(), name.as_str()));
             }
         }
     }

@@ -444,7 +444,7 @@ pub(super) fn parent_status(
             group: Some(GATEWAY_GROUP.to_owned()),
             kind: Some(kind.to_owned()),
             name: parent.name.clone(),
-            namespace: Some(key.namespace.clone()),
+            namespace: Some(key.namespace.to_string()),
             port: parent.port,
             section_name: parent.section_name.clone(),
         },
@@ -487,7 +487,7 @@ fn attach_one(
             target.no_listener_message(gateway),
         );
     }
-    let gw_ns = gateway.key.namespace.as_str();
+    let gw_ns = &*gateway.key.namespace;
     let allowed: Vec<usize> = selected
         .into_iter()
         .filter(|&i| gateway.listeners[i].allows(store, gw_ns, &model.key.namespace, model.kind))
