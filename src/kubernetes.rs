@@ -73,6 +73,7 @@ pub async fn run(
         client.clone(),
         Arc::clone(&shared),
         settings.controller_name.clone(),
+        aether_controller::kube::crd::spawn(&client),
     );
     let applier = ServiceApplier::new(client.clone(), Arc::clone(&shared));
     // Effects wait for the first reconcile of a fully listed Store: the channels'

@@ -142,8 +142,18 @@ fn free_port() -> Result<u16, BoxError> {
 }
 
 impl Cluster {
-    /// Starts etcd and the apiserver, waits until it serves, installs the CRDs.
+    /// Starts etcd and the apiserver, waits until it serves, installs the CRDs with
+    /// the chart's GEP-5093 patch.
     pub async fn start() -> Result<Option<Self>, BoxError> {
+        Self::start_with(true).await
+    }
+
+    /// Like [`Cluster::start`], with the CRDs exactly as published (no routability).
+    pub async fn start_stock_crds() -> Result<Option<Self>, BoxError> {
+        Self::start_with(false).await
+    }
+
+    async fn start_with(patch_routability: bool) -> Result<Option<Self>, BoxError> {
         let Some(apiserver) = tokio::task::spawn_blocking(apiserver_binary).await?? else {
             return Ok(None);
         };
@@ -254,7 +264,9 @@ impl Cluster {
         let client = cluster.client().await?;
         cluster.wait_ready(&client).await?;
         cluster.install_crds(&client, &crds).await?;
-        cluster.patch_routability()?;
+        if patch_routability {
+            cluster.patch_routability()?;
+        }
         Ok(Some(cluster))
     }
 
@@ -323,7 +335,7 @@ impl Cluster {
 
     /// The chart's GEP-5093 patch to the Gateway CRD, applied with a real kubectl the
     /// way the README tells users to.
-    fn patch_routability(&self) -> Result<(), BoxError> {
+    pub fn patch_routability(&self) -> Result<(), BoxError> {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let tools = Command::new("bash")
             .arg(root.join("tests/chart/tools.sh"))
