@@ -29,6 +29,7 @@ mod mesh_pool;
 mod mesh_rotation;
 mod metrics;
 mod ops;
+mod readiness;
 mod reload;
 mod retry;
 mod retry_body;
