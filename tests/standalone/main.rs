@@ -17,6 +17,7 @@ mod conflicts;
 mod forwarded;
 mod gateways;
 mod grpc;
+mod h2spec;
 mod https;
 mod l4_pool;
 mod l4_tcp;
