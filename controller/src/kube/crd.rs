@@ -63,6 +63,7 @@ pub fn spawn(client: &Client) -> watch::Receiver<Option<GatewaySchema>> {
                     // Unreadable (RBAC without the chart's rule, say): leaving the
                     // field out is what every CRD accepts. The watch keeps retrying,
                     // so a grant later brings the real answer.
+                    tracing::debug!(crd = GATEWAY_CRD, error = %e, "Gateway CRD watch failed; retrying");
                     if tx.borrow().is_none() {
                         tracing::warn!(crd = GATEWAY_CRD, error = %e, "cannot read the Gateway CRD; Gateway status is written without GEP-5093 routability until it can be read");
                         tx.send_replace(Some(GatewaySchema {
