@@ -25,6 +25,7 @@ use tokio::sync::watch;
 
 use super::FIELD_MANAGER;
 use super::apply_errors::FailureLog;
+use super::crd::{GatewaySchema, ROUTABILITY_LEFT_OUT};
 use super::retry_schedule::{Retries, news_or_retry};
 use super::watch::Shared;
 use crate::Statuses;
@@ -47,6 +48,8 @@ pub struct StatusWriter {
     failures: FailureLog,
     /// Failed writes, each backing off on its own (see `retry_schedule`).
     retries: Retries<(&'static str, ObjectKey)>,
+    /// What the installed Gateway CRD declares (see `crd`); None until it was read.
+    schema: watch::Receiver<Option<GatewaySchema>>,
 }
 
 /// One object's write, ready to send.
@@ -59,7 +62,12 @@ struct Write {
 }
 
 impl StatusWriter {
-    pub fn new(client: Client, shared: Arc<Shared>, controller_name: String) -> Self {
+    pub fn new(
+        client: Client,
+        shared: Arc<Shared>,
+        controller_name: String,
+        schema: watch::Receiver<Option<GatewaySchema>>,
+    ) -> Self {
         Self {
             client,
             shared,
@@ -67,6 +75,7 @@ impl StatusWriter {
             written: HashMap::new(),
             failures: FailureLog::default(),
             retries: Retries::default(),
+            schema,
         }
     }
 
@@ -76,16 +85,28 @@ impl StatusWriter {
         mut rx: watch::Receiver<Arc<Statuses>>,
         mut held: watch::Receiver<bool>,
     ) {
+        // Gateway status is not written before the CRD says whether it takes
+        // `routability`: a guess either way is refused or loses the field. The CRD
+        // watch answers on its first list, or on its first error.
+        if self.schema.wait_for(Option::is_some).await.is_err() {
+            return;
+        }
         loop {
             if !super::lease::until_held(&mut held).await {
                 return;
             }
             let desired = Arc::clone(&rx.borrow_and_update());
+            self.schema.borrow_and_update();
             self.sync(&desired).await;
-            // At most one pass per MIN_INTERVAL; then wait for a change, or for the
-            // next failed write's retry.
+            // At most one pass per MIN_INTERVAL; then wait for a change (of status or
+            // of the CRD), or for the next failed write's retry.
             tokio::time::sleep(MIN_INTERVAL).await;
-            if !news_or_retry(&mut rx, &mut held, self.retries.next()).await {
+            let retry = self.retries.next();
+            let news = tokio::select! {
+                ok = news_or_retry(&mut rx, &mut held, retry) => ok,
+                ok = self.schema.changed() => ok.is_ok(),
+            };
+            if !news {
                 return;
             }
         }
@@ -93,6 +114,7 @@ impl StatusWriter {
 
     /// One pass: writes every object whose status differs. True if any write failed.
     async fn sync(&mut self, desired: &Statuses) -> bool {
+        let routability_declared = self.schema.borrow().is_some_and(|s| s.status_routability);
         let writes = self.shared.with(|store| {
             let mut out = Vec::new();
             for (name, s) in &desired.gateway_classes {
@@ -130,12 +152,17 @@ impl StatusWriter {
                             prev.map(|p| p.conditions.as_slice()),
                         );
                     }
-                    // routability (GEP-5093) on both sides, so they compare like with like.
-                    let scopes: Vec<Option<String>> = desired
+                    // routability (GEP-5093) on both sides, so they compare like with like;
+                    // left out, and said so, where the CRD would refuse it.
+                    let mut scopes: Vec<Option<String>> = desired
                         .address_routability
                         .get(key)
                         .map(|v| v.iter().cloned().map(Some).collect())
                         .unwrap_or_default();
+                    if !routability_declared && !scopes.is_empty() {
+                        scopes.clear();
+                        note_left_out(status.conditions.iter_mut().flatten());
+                    }
                     let server_scopes = store
                         .gateway_ext
                         .get(key)
@@ -393,6 +420,13 @@ pub(super) fn rv(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMe
 
 pub(super) fn to_value<T: Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// Says in `AddressesAssigned` that the addresses' routability was left out.
+fn note_left_out<'a>(conditions: impl Iterator<Item = &'a mut Condition>) {
+    for c in conditions.filter(|c| c.type_ == "AddressesAssigned") {
+        c.message = format!("{}; {ROUTABILITY_LEFT_OUT}", c.message);
+    }
 }
 
 /// Keeps the server's `lastTransitionTime` for conditions whose status is unchanged.
