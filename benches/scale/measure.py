@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Scale figures for issue 7's targets that are not about throughput: idle RSS, RSS with
+"""Scale figures for the targets in benches/RESULTS.md that are not about throughput: idle RSS, RSS with
 5,000 HTTPRoutes over 1,000 hostnames, memory per idle keep-alive connection, the number
 of Prometheus series at 5,000 routes, and route propagation (change on disk -> first
 successful request) over 100 changes while a client keeps requesting an existing route.
