@@ -10,7 +10,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
-# The version the README's install guide and tests/e2e name; the chart's CRD patch is
+# The version the install guide (docs/kubernetes.md) and tests/e2e name; the chart's CRD patch is
 # written against its layout.
 version="v1.6.1"
 out="${CARGO_TARGET_DIR:-$root/target}/k8s/gateway-api-$version"

@@ -334,7 +334,7 @@ impl Cluster {
     }
 
     /// The chart's GEP-5093 patch to the Gateway CRD, applied with a real kubectl the
-    /// way the README tells users to.
+    /// way docs/kubernetes.md tells users to.
     pub fn patch_routability(&self) -> Result<(), BoxError> {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let tools = Command::new("bash")
