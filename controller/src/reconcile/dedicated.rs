@@ -1,8 +1,8 @@
-//! Kubernetes mode, seed 000 Phase 3: a Gateway annotated `aether.io/dedicated: "true"`
+//! Dedicated Gateways (Kubernetes mode): a Gateway annotated `aether.io/dedicated: "true"`
 //! gets edge pods of its own. The controller writes a Deployment of the edge binary
 //! told to serve that one Gateway (`--serve-gateway`), and a headless Service that
 //! selects its pods; the Gateway's own Service then points at those pods (through the
-//! EndpointSlices we mirror, as in Phase 2) instead of the shared edge pods, which stop
+//! EndpointSlices we mirror, as for any Gateway) instead of the shared edge pods, which stop
 //! binding the Gateway's internal ports.
 //!
 //! Both objects live in the edge's namespace, not the Gateway's: that is where the edge's

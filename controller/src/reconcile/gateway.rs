@@ -46,7 +46,7 @@ pub struct ListenerModel<'a> {
     pub client_auth: Option<Arc<ClientAuth>>,
     /// TCPRoutes, UDPRoutes or TLSRoutes attached here (indexes into the L4 routes).
     pub l4_attachments: Vec<RouteAttachment>,
-    /// A port pool (issue 8): the range this TCP/UDP listener hands out, one port per
+    /// A port pool (`aether.io/port-range.<listener>`): the range this TCP/UDP listener hands out, one port per
     /// route, and the ports handed out (L4 route index -> port).
     pub pool: Option<super::ports::PortRange>,
     pub pool_ports: BTreeMap<usize, u16>,

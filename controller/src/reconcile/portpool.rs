@@ -1,4 +1,4 @@
-//! Port pools (an aether-edge extension, issue 8): a TCP or UDP listener that hands
+//! Port pools (an aether-edge extension): a TCP or UDP listener that hands
 //! each attached TCPRoute/UDPRoute a port of its own from a range, reported in the
 //! route's `status.parents[].parentRef.port`.
 //!

@@ -155,7 +155,7 @@ pub(super) fn plan(
     }
 }
 
-/// A Gateway's own Deployment and pods Service (Phase 3), if it asks for them: with
+/// A dedicated Gateway's own Deployment and pods Service, if it asks for them: with
 /// the key of the Service whose endpoints are its pods, or why it can't have them.
 fn dedicated_objects(
     settings: Option<&DedicatedSettings>,
@@ -306,14 +306,14 @@ pub const MANAGED_BY: &str = "aether-edge";
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServiceSettings {
     pub edge_service: ObjectKey,
-    /// Phase 3: what dedicated Gateways' pods look like; `None` turns the feature off.
+    /// What dedicated Gateways' pods look like; `None` turns the feature off.
     pub dedicated: Option<DedicatedSettings>,
     /// Set on a dedicated Gateway's own pods: serve this Gateway only.
     pub serve_only: Option<ObjectKey>,
 }
 
 impl ServiceSettings {
-    /// Phase 2 as is: no dedicated Gateways, every Gateway served here.
+    /// No dedicated Gateways: every Gateway is served by the shared edge pods.
     pub fn shared(edge_service: ObjectKey) -> Self {
         Self {
             edge_service,
@@ -330,7 +330,7 @@ pub struct GatewayObjects {
     /// The Service's endpoints: the edge pods (or the Gateway's own), at the internal
     /// ports.
     pub slices: Vec<EndpointSlice>,
-    /// Phase 3: the Gateway's own Deployment and the Service selecting its pods.
+    /// A dedicated Gateway's own Deployment and the Service selecting its pods.
     pub dedicated: Option<DedicatedObjects>,
 }
 

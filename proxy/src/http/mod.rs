@@ -44,7 +44,7 @@ use crate::telemetry::RouteStats;
 /// answer, or a mirrored request's).
 pub type Body = Either<Incoming, Full<Bytes>>;
 
-/// Served on every HTTP listener before routing (seed 003), for load balancer probes.
+/// Served on every HTTP listener before routing, for load balancer probes.
 pub const READYZ_PATH: &str = "/aether/readyz";
 
 /// State shared by every listener and connection.

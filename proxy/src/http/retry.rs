@@ -4,7 +4,7 @@
 //! retried keeps its head (one clone per attempt but the last) and its body as
 //! `Bytes`. That happens only when a retry is possible: the rule has a `retry`, or the
 //! request has no body and the Service another endpoint to try after a failed connect
-//! (issue #9: plain mode retries that once, as mesh mode does). Every other request
+//! (plain mode retries that once, as mesh mode does). Every other request
 //! takes the single-attempt path and pays nothing.
 
 use std::net::SocketAddr;
