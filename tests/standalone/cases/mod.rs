@@ -203,7 +203,9 @@ fn conformance_case_features_are_known_and_cover_the_feature_table() -> TestResu
     let table = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/conformance.md");
     for (feature, supported) in table_features(&std::fs::read_to_string(table)?)? {
         if !KNOWN_FEATURES.contains(&feature.as_str()) {
-            problems.push(format!("docs/conformance.md lists unknown feature {feature:?}"));
+            problems.push(format!(
+                "docs/conformance.md lists unknown feature {feature:?}"
+            ));
         }
         if supported && !covered.contains(feature.as_str()) {
             problems.push(format!(
