@@ -201,7 +201,17 @@ fn conformance_case_features_are_known_and_cover_the_feature_table() -> TestResu
         let _ = (&lc.case.description, &lc.case.conformance_test);
     }
     let table = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/conformance.md");
-    for (feature, supported) in table_features(&std::fs::read_to_string(table)?)? {
+    let features = table_features(&std::fs::read_to_string(table)?)?;
+    // The README's summary states the count; it must be this table's.
+    let supported = features.iter().filter(|(_, yes)| *yes).count();
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))?;
+    let summary = format!("| Gateway API features supported, each with a case | {supported} ");
+    if !readme.contains(&summary) {
+        problems.push(format!(
+            "README.md's conformance summary should say {supported}"
+        ));
+    }
+    for (feature, supported) in features {
         if !KNOWN_FEATURES.contains(&feature.as_str()) {
             problems.push(format!(
                 "docs/conformance.md lists unknown feature {feature:?}"
