@@ -92,8 +92,9 @@ struct CachedRoute {
     object: Arc<HttpRoute>,
     ext: Option<HttpRouteExt>,
     model: Arc<RouteModel>,
-    /// The Services its compile resolved.
-    referenced: BTreeSet<ObjectKey>,
+    /// The Services its compile resolved, sorted (usually one: a one-element BTreeSet
+    /// would hold a node of eleven).
+    referenced: Box<[ObjectKey]>,
     /// Its attachment, decided on the Gateway side as it stood then.
     attached: Option<Attached>,
 }
@@ -354,7 +355,10 @@ impl Work<'_, '_> {
             !self.changes.all_stale
                 && Arc::ptr_eq(&c.object, route)
                 && c.ext.as_ref() == ext
-                && c.referenced.is_disjoint(&self.changes.services)
+                && !c
+                    .referenced
+                    .iter()
+                    .any(|s| self.changes.services.contains(s))
         };
         // A key copy is two count increments (`ObjectKey` shares its strings).
         match cache.entry(key.clone()) {
@@ -382,7 +386,7 @@ impl Work<'_, '_> {
         self.redone.compiled += 1;
         self.resolver.record();
         let model = super::route::compile(key.clone(), kind, route, ext, self.resolver);
-        let referenced = self.resolver.recorded();
+        let referenced: Box<[ObjectKey]> = self.resolver.recorded().into_iter().collect();
         for svc in &referenced {
             *self.interest.entry(svc.clone()).or_default() += 1;
         }
