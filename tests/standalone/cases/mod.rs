@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 
+mod coverage;
 mod format;
 mod run;
 mod status;
