@@ -76,6 +76,7 @@ pub const KNOWN_FEATURES: &[&str] = &[
     "HTTPRouteBackendRequestRedirect",
     "ListenerSet",
     "GRPCRoute",
+    "GRPCRouteNamedRouteRule",
     "TLSRoute",
     "TLSRouteModeTerminate",
     "TLSRouteModeMixed",
