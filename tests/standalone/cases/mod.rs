@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 
+mod coverage;
 mod format;
 mod run;
 mod status;
@@ -75,6 +76,7 @@ pub const KNOWN_FEATURES: &[&str] = &[
     "HTTPRouteBackendRequestRedirect",
     "ListenerSet",
     "GRPCRoute",
+    "GRPCRouteNamedRouteRule",
     "TLSRoute",
     "TLSRouteModeTerminate",
     "TLSRouteModeMixed",
