@@ -5,6 +5,7 @@
 //! writes are server-side apply under one field manager; bursts coalesce (only the
 //! latest Statuses is kept); failures back off.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,6 +51,18 @@ pub struct StatusWriter {
     retries: Retries<(&'static str, ObjectKey)>,
     /// What the installed Gateway CRD declares (see `crd`); None until it was read.
     schema: watch::Receiver<Option<GatewaySchema>>,
+    /// Routes found in sync at the last pass, with what decided it. While both stand a
+    /// pass skips the route without rendering either side: a change then costs the
+    /// routes it touched, not a serialization of every route's status.
+    in_sync: HashMap<(&'static str, ObjectKey), InSync>,
+}
+
+/// Our status for a route and the server's object, as they were when they agreed.
+/// Holding both `Arc`s keeps a pointer from being reused for another object.
+#[derive(Clone)]
+struct InSync {
+    ours: Arc<HttpRouteStatus>,
+    server: Arc<dyn Any + Send + Sync>,
 }
 
 /// One object's write, ready to send.
@@ -76,6 +89,7 @@ impl StatusWriter {
             failures: FailureLog::default(),
             retries: Retries::default(),
             schema,
+            in_sync: HashMap::new(),
         }
     }
 
@@ -115,6 +129,7 @@ impl StatusWriter {
     /// One pass: writes every object whose status differs. True if any write failed.
     async fn sync(&mut self, desired: &Statuses) -> bool {
         let routability_declared = self.schema.borrow().is_some_and(|s| s.status_routability);
+        let mut in_sync = HashMap::with_capacity(self.in_sync.len());
         let writes = self.shared.with(|store| {
             let mut out = Vec::new();
             for (name, s) in &desired.gateway_classes {
@@ -206,11 +221,12 @@ impl StatusWriter {
                 }
             }
             // Every route kind's status has HTTPRoute's shape: (kind, key, desired,
-            // the server's status, the server's resourceVersion).
+            // the server's object, its status, its resourceVersion).
             type RouteRow<'a> = (
                 &'static str,
                 &'a ObjectKey,
                 &'a ObjectStatus<HttpRouteStatus>,
+                Arc<dyn Any + Send + Sync>,
                 Option<&'a HttpRouteStatus>,
                 Option<u64>,
             );
@@ -221,14 +237,38 @@ impl StatusWriter {
             ] {
                 routes.extend(map.iter().filter_map(|(k, s)| {
                     let obj = held.get(k)?;
-                    Some((kind, k, s, obj.status.as_ref(), rv(&obj.metadata)))
+                    let any: Arc<dyn Any + Send + Sync> = Arc::clone(obj) as _;
+                    Some((kind, k, s, any, obj.status.as_ref(), rv(&obj.metadata)))
                 }));
             }
             routes.extend(desired.l4_routes.iter().filter_map(|((kind, k), s)| {
                 let obj = store.l4_routes.get(&(*kind, k.clone()))?;
-                Some((kind.as_str(), k, s, obj.status.as_ref(), rv(&obj.metadata)))
+                let any: Arc<dyn Any + Send + Sync> = Arc::clone(obj) as _;
+                Some((
+                    kind.as_str(),
+                    k,
+                    s,
+                    any,
+                    obj.status.as_ref(),
+                    rv(&obj.metadata),
+                ))
             }));
-            for (kind, key, s, server_status, server_rv) in routes {
+            let (mut skipped, mut compared) = (0usize, 0usize);
+            for (kind, key, s, server_obj, server_status, server_rv) in routes {
+                let id = (kind, key.clone());
+                let agreed = InSync {
+                    ours: Arc::clone(&s.status),
+                    server: server_obj,
+                };
+                if let Some(was) = self.in_sync.get(&id)
+                    && Arc::ptr_eq(&was.ours, &agreed.ours)
+                    && Arc::ptr_eq(&was.server, &agreed.server)
+                {
+                    in_sync.insert(id, agreed);
+                    skipped += 1;
+                    continue;
+                }
+                compared += 1;
                 let server: &[HttpRouteStatusParents] =
                     server_status.map_or(&[], |x| x.parents.as_slice());
                 let (mine, others): (Vec<_>, Vec<_>) = server
@@ -249,15 +289,24 @@ impl StatusWriter {
                 parents.extend(ours.iter().map(to_value));
                 parents.truncate(MAX_PARENTS);
                 let status = json!({ "parents": parents });
-                out.push(self.plan(
+                let write = self.plan(
                     kind,
                     key.clone(),
                     server_rv,
                     to_value(&ours),
                     Some(to_value(&mine)),
                     Some(status),
-                ));
+                );
+                if write.is_none() {
+                    in_sync.insert(id, agreed);
+                }
+                out.push(write);
             }
+            tracing::debug!(
+                routes_skipped = skipped,
+                routes_compared = compared,
+                "status pass"
+            );
             for row in super::policy_status::rows(desired, store, &self.controller_name) {
                 out.push(self.plan(
                     "BackendTLSPolicy",
@@ -270,6 +319,7 @@ impl StatusWriter {
             }
             out.into_iter().flatten().collect::<Vec<_>>()
         });
+        self.in_sync = in_sync;
         // A write no longer needed stops backing off; one whose backoff runs waits.
         self.retries
             .retain(|id| writes.iter().any(|w| w.kind == id.0 && w.key == id.1));
