@@ -30,6 +30,7 @@ use super::crd::{GatewaySchema, ROUTABILITY_LEFT_OUT};
 use super::retry_schedule::{Retries, news_or_retry};
 use super::watch::Shared;
 use crate::Statuses;
+use crate::l4route::L4Kind;
 use crate::status::{ObjectStatus, with_routability};
 use crate::store::ObjectKey;
 
@@ -44,17 +45,17 @@ pub struct StatusWriter {
     controller_name: String,
     /// What we last wrote per object, with the resourceVersion it produced: a watch
     /// event older than our write must not make us write the same thing again.
-    written: HashMap<(&'static str, ObjectKey), (u64, Value)>,
+    written: HashMap<(StatusKind, ObjectKey), (u64, Value)>,
     /// Writes failing now, so each is logged once per change of error.
     failures: FailureLog,
     /// Failed writes, each backing off on its own (see `retry_schedule`).
-    retries: Retries<(&'static str, ObjectKey)>,
+    retries: Retries<(StatusKind, ObjectKey)>,
     /// What the installed Gateway CRD declares (see `crd`); None until it was read.
     schema: watch::Receiver<Option<GatewaySchema>>,
     /// Routes found in sync at the last pass, with what decided it. While both stand a
     /// pass skips the route without rendering either side: a change then costs the
     /// routes it touched, not a serialization of every route's status.
-    in_sync: HashMap<(&'static str, ObjectKey), InSync>,
+    in_sync: HashMap<(StatusKind, ObjectKey), InSync>,
 }
 
 /// Our status for a route and the server's object, as they were when they agreed.
@@ -65,9 +66,45 @@ struct InSync {
     server: Arc<dyn Any + Send + Sync>,
 }
 
+/// The kinds whose status the writer writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum StatusKind {
+    GatewayClass,
+    Gateway,
+    ListenerSet,
+    HttpRoute,
+    GrpcRoute,
+    L4(L4Kind),
+    BackendTlsPolicy,
+}
+
+impl StatusKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            StatusKind::GatewayClass => "GatewayClass",
+            StatusKind::Gateway => "Gateway",
+            StatusKind::ListenerSet => "ListenerSet",
+            StatusKind::HttpRoute => "HTTPRoute",
+            StatusKind::GrpcRoute => "GRPCRoute",
+            StatusKind::L4(kind) => kind.as_str(),
+            StatusKind::BackendTlsPolicy => "BackendTLSPolicy",
+        }
+    }
+
+    /// Is the status a list other controllers write entries of too (routes'
+    /// `parents`, policies' `ancestors`)? Such a write carries their entries and the
+    /// resourceVersion it read them at.
+    fn shared_with_other_controllers(self) -> bool {
+        !matches!(
+            self,
+            StatusKind::GatewayClass | StatusKind::Gateway | StatusKind::ListenerSet
+        )
+    }
+}
+
 /// One object's write, ready to send.
 struct Write {
-    kind: &'static str,
+    kind: StatusKind,
     key: ObjectKey,
     /// The status as compared (our part, transition times stripped).
     ours: Value,
@@ -141,7 +178,7 @@ impl StatusWriter {
                     );
                     let server = obj.status.as_ref().map(to_value);
                     out.push(self.plan(
-                        "GatewayClass",
+                        StatusKind::GatewayClass,
                         ObjectKey::new("", name.as_str()),
                         rv(&obj.metadata),
                         to_value(&status),
@@ -184,7 +221,7 @@ impl StatusWriter {
                         .map(|e| e.status_routability.clone())
                         .unwrap_or_default();
                     out.push(self.plan(
-                        "Gateway",
+                        StatusKind::Gateway,
                         key.clone(),
                         rv(&obj.metadata),
                         with_routability(to_value(&status), &scopes),
@@ -211,7 +248,7 @@ impl StatusWriter {
                         );
                     }
                     out.push(self.plan(
-                        "ListenerSet",
+                        StatusKind::ListenerSet,
                         key.clone(),
                         rv(&obj.metadata),
                         to_value(&status),
@@ -223,7 +260,7 @@ impl StatusWriter {
             // Every route kind's status has HTTPRoute's shape: (kind, key, desired,
             // the server's object, its status, its resourceVersion).
             type RouteRow<'a> = (
-                &'static str,
+                StatusKind,
                 &'a ObjectKey,
                 &'a ObjectStatus<HttpRouteStatus>,
                 Arc<dyn Any + Send + Sync>,
@@ -232,8 +269,16 @@ impl StatusWriter {
             );
             let mut routes: Vec<RouteRow<'_>> = Vec::new();
             for (kind, map, held) in [
-                ("HTTPRoute", &desired.http_routes, &store.http_routes),
-                ("GRPCRoute", &desired.grpc_routes, &store.grpc_routes),
+                (
+                    StatusKind::HttpRoute,
+                    &desired.http_routes,
+                    &store.http_routes,
+                ),
+                (
+                    StatusKind::GrpcRoute,
+                    &desired.grpc_routes,
+                    &store.grpc_routes,
+                ),
             ] {
                 routes.extend(map.iter().filter_map(|(k, s)| {
                     let obj = held.get(k)?;
@@ -245,7 +290,7 @@ impl StatusWriter {
                 let obj = store.l4_routes.get(&(*kind, k.clone()))?;
                 let any: Arc<dyn Any + Send + Sync> = Arc::clone(obj) as _;
                 Some((
-                    kind.as_str(),
+                    StatusKind::L4(*kind),
                     k,
                     s,
                     any,
@@ -309,7 +354,7 @@ impl StatusWriter {
             );
             for row in super::policy_status::rows(desired, store, &self.controller_name) {
                 out.push(self.plan(
-                    "BackendTLSPolicy",
+                    StatusKind::BackendTlsPolicy,
                     row.key,
                     row.server_rv,
                     row.ours,
@@ -335,19 +380,21 @@ impl StatusWriter {
                 Err(kube::Error::Api(s)) if s.code == 409 => "conflict",
                 Err(_) => "error",
             };
-            counter!("aether_status_writes_total", "kind" => w.kind, "result" => outcome)
+            counter!("aether_status_writes_total", "kind" => w.kind.as_str(), "result" => outcome)
                 .increment(1);
             match result {
                 Ok(new_rv) => {
-                    tracing::debug!(kind = w.kind, object = %w.key, "status written");
-                    self.failures.succeeded(w.kind, &w.key, "status write");
+                    tracing::debug!(kind = w.kind.as_str(), object = %w.key, "status written");
+                    self.failures
+                        .succeeded(w.kind.as_str(), &w.key, "status write");
                     self.retries.succeeded(&(w.kind, w.key.clone()));
                     self.written.insert((w.kind, w.key), (new_rv, w.ours));
                 }
                 Err(e) => {
                     // Forbidden, conflict, unreachable: retried with backoff, never in
                     // a tight loop, and logged once per change of error.
-                    self.failures.failed(w.kind, &w.key, &e, "status write");
+                    self.failures
+                        .failed(w.kind.as_str(), &w.key, &e, "status write");
                     self.retries
                         .failed((w.kind, w.key.clone()), tokio::time::Instant::now());
                     failed = true;
@@ -362,7 +409,7 @@ impl StatusWriter {
     /// status to apply when it differs from `ours`.
     fn plan(
         &self,
-        kind: &'static str,
+        kind: StatusKind,
         key: ObjectKey,
         server_rv: Option<u64>,
         ours: Value,
@@ -381,19 +428,19 @@ impl StatusWriter {
             return None;
         }
         let mut metadata = json!({ "name": key.name });
-        if kind != "GatewayClass" {
+        if kind != StatusKind::GatewayClass {
             metadata["namespace"] = json!(key.namespace);
         }
         // Routes' status.parents (and policies' ancestors) is an atomic list shared with
         // other controllers.
-        if (kind.ends_with("Route") || kind == "BackendTLSPolicy")
+        if kind.shared_with_other_controllers()
             && let Some(rv) = server_rv
         {
             metadata["resourceVersion"] = json!(rv.to_string());
         }
         let body = json!({
             "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": kind,
+            "kind": kind.as_str(),
             "metadata": metadata,
             "status": status.unwrap_or(ours),
         });
@@ -410,39 +457,39 @@ impl StatusWriter {
         let params = PatchParams::apply(FIELD_MANAGER).force();
         let patch = Patch::Apply(&w.body);
         let meta = match w.kind {
-            "GatewayClass" => {
+            StatusKind::GatewayClass => {
                 Api::<GatewayClass>::all(self.client.clone())
                     .patch_status(&w.key.name, &params, &patch)
                     .await?
                     .metadata
             }
-            "Gateway" => {
+            StatusKind::Gateway => {
                 Api::<Gateway>::namespaced(self.client.clone(), &w.key.namespace)
                     .patch_status(&w.key.name, &params, &patch)
                     .await?
                     .metadata
             }
-            "ListenerSet" => {
+            StatusKind::ListenerSet => {
                 Api::<ListenerSet>::namespaced(self.client.clone(), &w.key.namespace)
                     .patch_status(&w.key.name, &params, &patch)
                     .await?
                     .metadata
             }
-            "BackendTLSPolicy" => {
+            StatusKind::BackendTlsPolicy => {
                 Api::<BackendTlsPolicy>::namespaced(self.client.clone(), &w.key.namespace)
                     .patch_status(&w.key.name, &params, &patch)
                     .await?
                     .metadata
             }
-            "GRPCRoute" => {
+            StatusKind::GrpcRoute => {
                 Api::<GrpcRoute>::namespaced(self.client.clone(), &w.key.namespace)
                     .patch_status(&w.key.name, &params, &patch)
                     .await?
                     .metadata
             }
-            "TCPRoute" | "UDPRoute" | "TLSRoute" => {
-                let gvk = GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", w.kind);
-                let plural = format!("{}s", w.kind.to_ascii_lowercase());
+            StatusKind::L4(kind) => {
+                let gvk = GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", kind.as_str());
+                let plural = format!("{}s", kind.as_str().to_ascii_lowercase());
                 let resource = ApiResource::from_gvk_with_plural(&gvk, &plural);
                 Api::<DynamicObject>::namespaced_with(
                     self.client.clone(),
@@ -453,7 +500,7 @@ impl StatusWriter {
                 .await?
                 .metadata
             }
-            _ => {
+            StatusKind::HttpRoute => {
                 Api::<HttpRoute>::namespaced(self.client.clone(), &w.key.namespace)
                     .patch_status(&w.key.name, &params, &patch)
                     .await?
