@@ -81,6 +81,12 @@ impl Publisher {
         let mut snapshot = outcome.snapshot;
         snapshot.generation = self.generation;
         counter!("aether_config_reloads_total", "result" => if errors.is_empty() { "ok" } else { "partial" }).increment(1);
+        // What the change cost: a full reconcile compiles every route, a change only
+        // the routes it touched (or that name a Service whose endpoints changed).
+        counter!("aether_reconcile_routes_compiled_total")
+            .increment(outcome.redone.compiled as u64);
+        counter!("aether_reconcile_routes_attached_total")
+            .increment(outcome.redone.attached as u64);
         gauge!("aether_config_generation").set(self.generation as f64);
         self.current = Some(Published {
             snapshot: Arc::new(snapshot),
