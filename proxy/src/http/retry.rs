@@ -17,11 +17,11 @@ use http::{HeaderValue, Request, Response};
 use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::{Body as _, Incoming};
 
-use super::upstream::{UpstreamError, Upstreams};
 use super::{ProxyError, outbound};
 use crate::backend::{Backend, Endpoint, UpstreamProtocol};
 use crate::retry::{MAX_REPLAY_BODY, RetryPolicy, is_idempotent};
 use crate::telemetry::{UPSTREAM_RETRIES_TOTAL, upstream_connect_errors};
+use crate::upstream::{UpstreamBody, UpstreamError, Upstreams};
 
 /// Everything an exchange needs besides the request.
 pub(super) struct Target<'a> {
@@ -108,7 +108,7 @@ pub(super) async fn exchange(
     path_and_query: PathAndQuery,
     body: Incoming,
     upgrade: Option<&HeaderValue>,
-) -> Result<Response<Incoming>, ProxyError> {
+) -> Result<Response<UpstreamBody>, ProxyError> {
     let plan = if upgrade.is_some() {
         None
     } else {
@@ -212,10 +212,10 @@ fn empty_parts() -> RequestParts {
 
 /// The answer of the attempt that is not retried; a timed-out one is a 504.
 fn finish(
-    outcome: Option<Result<Response<Incoming>, UpstreamError>>,
+    outcome: Option<Result<Response<UpstreamBody>, UpstreamError>>,
     backend: &Backend,
     endpoint: &Endpoint,
-) -> Result<Response<Incoming>, ProxyError> {
+) -> Result<Response<UpstreamBody>, ProxyError> {
     match outcome {
         Some(result) => into_proxy_result(result, backend, endpoint),
         None => Err(ProxyError::Timeout),
@@ -223,10 +223,10 @@ fn finish(
 }
 
 fn into_proxy_result(
-    result: Result<Response<Incoming>, UpstreamError>,
+    result: Result<Response<UpstreamBody>, UpstreamError>,
     backend: &Backend,
     endpoint: &Endpoint,
-) -> Result<Response<Incoming>, ProxyError> {
+) -> Result<Response<UpstreamBody>, ProxyError> {
     match result {
         Ok(resp) => Ok(resp),
         Err(UpstreamError::Connect(e)) => {

@@ -34,8 +34,9 @@ pub use verify::PeerIdentityError;
 use self::pool::Pool;
 use self::verify::SpiffeVerifier;
 use crate::backend::{Backend, Endpoint};
-use crate::http::{Body, UpstreamError};
+use crate::http::Body;
 use crate::telemetry;
+use crate::upstream::UpstreamError;
 
 /// The port the destination's workload listens on, for the inbound listener.
 pub const ORIGINAL_DST_HEADER: HeaderName = crate::http::X_ENVOY_ORIGINAL_DST_HOST;
@@ -109,11 +110,11 @@ impl MeshClient {
                         req.headers_mut().insert(ORIGINAL_DST_HEADER, dst);
                     }
                     let result = lease.send(req).await;
-                    crate::http::record_health(backend, ep, &result);
+                    crate::upstream::record_health(backend, ep, &result);
                     return result;
                 }
                 Err(UpstreamError::Connect(e)) => {
-                    crate::http::record_failure(backend, ep);
+                    crate::upstream::record_failure(backend, ep);
                     let next = (attempt < ATTEMPTS)
                         .then(|| backend.pick_other(tried.get(..attempt).unwrap_or(&[])))
                         .flatten();

@@ -30,7 +30,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
 use super::sniff::{PeerState, Sniffer};
-use crate::http::{Body, UpstreamError};
+use crate::http::Body;
+use crate::upstream::UpstreamError;
 
 #[derive(Debug, Clone)]
 pub struct PoolSettings {

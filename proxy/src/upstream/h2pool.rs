@@ -18,9 +18,9 @@ use hyper::client::conn::http2::{self, SendRequest};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
-use super::Body;
-use super::tls_connect::TlsDial;
-use super::upstream::UpstreamError;
+use super::UpstreamError;
+use super::tls::TlsDial;
+use crate::http::Body;
 
 pub struct H2Pool {
     connect_timeout: Duration,

@@ -1,18 +1,25 @@
-//! Upstream connections: pooled keep-alive HTTP/1.1 per endpoint, or one multiplexed
-//! HTTP/2 (h2c) connection per endpoint for backends that declare it.
+//! Upstream connections, all of them: keep-alive HTTP/1.1 per endpoint (plain or with a
+//! BackendTLSPolicy, `h1`), one multiplexed HTTP/2 connection per endpoint for backends
+//! that declare it (`h2pool`), and mesh mode's mTLS HTTP/2 (`crate::mesh`).
+
+mod body;
+mod h1;
+pub(crate) mod h2pool;
+mod io;
+#[cfg(test)]
+mod tests;
+pub(crate) mod tls;
 
 use std::time::Duration;
 
 use http::{Request, Response};
-use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use super::Body;
-use super::h2pool::H2Pool;
-use super::tls_connect;
+pub use body::UpstreamBody;
+pub(crate) use h1::H1Pool;
+pub(crate) use h2pool::H2Pool;
+
 use crate::backend::{Backend, Endpoint, UpstreamProtocol};
+use crate::http::Body;
 use crate::mesh::{MeshClient, MeshSettings};
 
 /// Upstream connection settings.
@@ -53,29 +60,16 @@ pub enum UpstreamError {
 
 pub struct Upstreams {
     settings: UpstreamSettings,
-    http1: Client<HttpConnector, Body>,
+    http1: H1Pool,
     h2c: H2Pool,
     mesh: Option<MeshClient>,
 }
 
 impl Upstreams {
     pub fn new(settings: &UpstreamSettings) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(settings.connect_timeout));
-        connector.enforce_http(true);
-        let http1 = Client::builder(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(settings.idle_timeout)
-            .pool_max_idle_per_host(settings.max_idle_per_endpoint)
-            // The downstream Host is forwarded as-is; the client must not invent one.
-            .set_host(false)
-            .http1_writev(false)
-            .build(connector);
         Self {
             settings: settings.clone(),
-            http1,
+            http1: H1Pool::new(settings, None),
             h2c: H2Pool::new(settings.connect_timeout),
             mesh: settings
                 .mesh
@@ -107,34 +101,28 @@ impl Upstreams {
         self.mesh.as_ref().is_none_or(|m| m.identity().is_ready())
     }
 
-    /// Sends `req` to `addr`. For HTTP/1.1 the request URI must name the endpoint (it
-    /// keys the pool); for HTTP/2 it carries the client's authority instead.
+    /// Sends `req` to `endpoint`. For HTTP/1.1 the request URI is origin-form; for
+    /// HTTP/2 it carries the client's authority.
     pub async fn send(
         &self,
         protocol: UpstreamProtocol,
         backend: &Backend,
         endpoint: &Endpoint,
         req: Request<Body>,
-    ) -> Result<Response<Incoming>, UpstreamError> {
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
         let result = match protocol {
-            UpstreamProtocol::Http1 => self.http1.request(req).await.map_err(|e| {
-                if e.is_connect() {
-                    UpstreamError::Connect(e.into())
-                } else {
-                    UpstreamError::Request(e.into())
-                }
-            }),
-            UpstreamProtocol::H2c => self.h2c.send(endpoint.addr, req).await,
+            UpstreamProtocol::Http1 => self.http1.send(endpoint.addr, req).await,
+            UpstreamProtocol::H2c => incoming(self.h2c.send(endpoint.addr, req).await),
             UpstreamProtocol::Tls | UpstreamProtocol::H2Tls => match &backend.tls {
                 Some(tls) => {
                     let h2 = protocol == UpstreamProtocol::H2Tls;
-                    tls_connect::send(&self.settings, tls, h2, backend, endpoint, req).await
+                    tls::send(&self.settings, tls, h2, backend, endpoint, req).await
                 }
                 None => Err(UpstreamError::Refused("backend has no TLS policy".into())),
             },
             UpstreamProtocol::Mesh => match &self.mesh {
                 // Mesh retries elsewhere and records its own connect failures.
-                Some(mesh) => return mesh.send(backend, endpoint, req).await,
+                Some(mesh) => return incoming(mesh.send(backend, endpoint, req).await),
                 None => Err(UpstreamError::Refused("mesh mode is off".into())),
             },
         };
@@ -143,12 +131,19 @@ impl Upstreams {
     }
 }
 
+/// An answer whose connection runs on its own task (HTTP/2).
+fn incoming(
+    result: Result<Response<hyper::body::Incoming>, UpstreamError>,
+) -> Result<Response<UpstreamBody>, UpstreamError> {
+    result.map(|resp| resp.map(UpstreamBody::from))
+}
+
 /// Passive health: 5xx answers and failed exchanges count against the endpoint; a
 /// refused peer (identity) is a configuration problem, not ill health.
-pub(crate) fn record_health(
+pub(crate) fn record_health<B>(
     backend: &Backend,
     endpoint: &Endpoint,
-    result: &Result<Response<Incoming>, UpstreamError>,
+    result: &Result<Response<B>, UpstreamError>,
 ) {
     match result {
         Ok(resp) if !resp.status().is_server_error() => endpoint.health.success(),
