@@ -7,8 +7,7 @@ mod error;
 mod headers;
 mod integrity;
 mod mirror;
-mod outbound;
-mod retry;
+pub(crate) mod outbound;
 mod upgrade;
 
 use std::convert::Infallible;
@@ -27,7 +26,7 @@ pub use headers::{X_ENVOY_ORIGINAL_DST_HOST, X_FORWARDED_FOR, X_FORWARDED_PROTO}
 pub(crate) use upgrade::requested as upgrade_requested;
 
 use crate::state::ProxyState;
-use crate::upstream::UpstreamBody;
+use crate::upstream::{UpstreamBody, attempts};
 
 use crate::backend::Pick;
 use crate::cors::Cors;
@@ -296,8 +295,8 @@ async fn forward(
         );
     }
     let protocol = state.upstreams.protocol_for(backend);
-    let exchange = retry::exchange(
-        retry::Target {
+    let exchange = attempts::exchange(
+        attempts::Target {
             upstreams: &state.upstreams,
             policy: action.retry.as_deref(),
             backend,

@@ -41,8 +41,10 @@ type Driver = Connection<TokioIo<Io>, Body>;
 /// does its I/O (polled by whoever holds the connection).
 pub(crate) struct Conn {
     sender: SendRequest<Body>,
-    /// `None` once the connection has ended.
-    driver: Option<Driver>,
+    /// `None` once the connection has ended. Boxed once per connection (hyper's state
+    /// is most of a KiB), so a request moves a pointer through checkout, exchange and
+    /// body rather than the state itself.
+    driver: Option<Box<Driver>>,
 }
 
 impl Conn {
@@ -52,7 +54,7 @@ impl Conn {
         let Some(driver) = self.driver.as_mut() else {
             return false;
         };
-        match Pin::new(driver).poll(cx) {
+        match Pin::new(driver.as_mut()).poll(cx) {
             Poll::Pending => true,
             Poll::Ready(result) => {
                 if let Err(e) = result {
@@ -167,86 +169,118 @@ impl H1Pool {
         &self.shared
     }
 
-    /// Sends `req` (origin-form URI) to `addr` and returns the answer head; the body
-    /// streams from the same connection, which goes back to the pool once it is read.
+    /// A connection to `addr`: the most recently used idle one, or a new one. No
+    /// request is consumed, so a failed connect can be retried elsewhere.
+    pub(crate) async fn checkout(&self, addr: SocketAddr) -> Result<Checkout, UpstreamError> {
+        let (conn, reused) = match self.shared.pop(addr) {
+            Some(conn) => (conn, true),
+            None => (self.shared.dial(addr).await?, false),
+        };
+        Ok(Checkout {
+            shared: Arc::clone(&self.shared),
+            addr,
+            conn,
+            reused,
+        })
+    }
+
+    /// Checks a connection out and sends `req` on it.
+    #[cfg(test)]
     pub(crate) async fn send(
         &self,
         addr: SocketAddr,
         req: Request<Body>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        self.checkout(addr).await?.send(req).await
+    }
+}
+
+/// A connection taken from the pool (or new) for one request.
+pub(crate) struct Checkout {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    conn: Conn,
+    reused: bool,
+}
+
+impl Checkout {
+    /// Sends `req` (origin-form URI) and returns the answer head; the body streams
+    /// from the same connection, which goes back to the pool once it is read.
+    pub(crate) async fn send(
+        self,
+        req: Request<Body>,
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        let Checkout {
+            shared,
+            addr,
+            conn,
+            reused,
+        } = self;
         if crate::http::upgrade_requested(&req) {
-            return self.send_upgrade(addr, req).await;
+            return send_upgrade(addr, conn, req).await;
         }
-        let (conn, reused) = match self.shared.pop(addr) {
-            Some(conn) => (conn, true),
-            None => (self.dial(addr).await?, false),
-        };
         let req = match exchange(conn, req).await {
-            Ok((resp, conn)) => return Ok(self.lease(addr, resp, conn)),
+            Ok((resp, conn)) => return Ok(lease(shared, addr, resp, conn)),
             // A reused connection the peer closed just before the request went out
             // (its keep-alive timeout): nothing was sent, so a fresh connection may
             // carry it, as the legacy client did.
             Err(Failed {
                 request: Some(req), ..
             }) if reused => req,
-            Err(Failed { error, .. }) => return Err(UpstreamError::Request(error.into())),
+            Err(Failed { error, .. }) => {
+                tracing::debug!(%addr, reused, error = %error, "upstream exchange failed");
+                return Err(UpstreamError::Request(error.into()));
+            }
         };
-        let conn = self.dial(addr).await?;
+        let conn = shared.dial(addr).await?;
         match exchange(conn, req).await {
-            Ok((resp, conn)) => Ok(self.lease(addr, resp, conn)),
+            Ok((resp, conn)) => Ok(lease(shared, addr, resp, conn)),
             Err(Failed { error, .. }) => Err(UpstreamError::Request(error.into())),
         }
     }
+}
 
-    fn lease(
-        &self,
-        addr: SocketAddr,
-        resp: Response<Incoming>,
-        conn: Conn,
-    ) -> Response<UpstreamBody> {
-        let shared = Arc::clone(&self.shared);
-        resp.map(|body| UpstreamBody::pooled(body, conn, shared, addr))
-    }
+fn lease(
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    resp: Response<Incoming>,
+    conn: Conn,
+) -> Response<UpstreamBody> {
+    resp.map(|body| UpstreamBody::pooled(body, conn, shared, addr))
+}
 
-    /// An upgrade takes the connection for good: it gets a connection of its own, run
-    /// on its own task until hyper hands it over to the tunnel.
-    async fn send_upgrade(
-        &self,
-        addr: SocketAddr,
-        req: Request<Body>,
-    ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        let (mut sender, driver) = self.handshake(addr).await?;
-        tokio::spawn(async move {
-            if let Err(e) = driver.with_upgrades().await {
-                tracing::debug!(%addr, error = %e, "upstream upgrade connection ended");
-            }
-        });
-        let resp = sender
-            .send_request(req)
-            .await
-            .map_err(|e| UpstreamError::Request(e.into()))?;
-        Ok(resp.map(UpstreamBody::from))
-    }
+/// An upgrade takes the connection for good: it runs on a task of its own until
+/// hyper hands it over to the tunnel.
+async fn send_upgrade(
+    addr: SocketAddr,
+    mut conn: Conn,
+    req: Request<Body>,
+) -> Result<Response<UpstreamBody>, UpstreamError> {
+    let Some(driver) = conn.driver.take() else {
+        return Err(UpstreamError::Request("the connection has ended".into()));
+    };
+    tokio::spawn(async move {
+        if let Err(e) = (*driver).with_upgrades().await {
+            tracing::debug!(%addr, error = %e, "upstream upgrade connection ended");
+        }
+    });
+    let resp = conn
+        .sender
+        .send_request(req)
+        .await
+        .map_err(|e| UpstreamError::Request(e.into()))?;
+    Ok(resp.map(UpstreamBody::from))
+}
 
-    async fn dial(&self, addr: SocketAddr) -> Result<Conn, UpstreamError> {
-        let (sender, driver) = self.handshake(addr).await?;
-        Ok(Conn {
-            sender,
-            driver: Some(driver),
-        })
-    }
-
+impl Shared {
     /// TCP (and TLS) within the connect timeout, then the HTTP/1.1 handles.
-    async fn handshake(
-        &self,
-        addr: SocketAddr,
-    ) -> Result<(SendRequest<Body>, Driver), UpstreamError> {
+    async fn dial(&self, addr: SocketAddr) -> Result<Conn, UpstreamError> {
         let connect = async {
             let tcp = TcpStream::connect(addr)
                 .await
                 .map_err(|e| UpstreamError::Connect(e.into()))?;
             let _ = tcp.set_nodelay(true);
-            match &self.shared.tls {
+            match &self.tls {
                 None => Ok(Io::Plain(tcp)),
                 Some(dial) => match dial.handshake(tcp).await {
                     Ok(tls) => Ok(Io::Tls(Box::new(tls))),
@@ -254,15 +288,19 @@ impl H1Pool {
                 },
             }
         };
-        let io = tokio::time::timeout(self.shared.connect_timeout, connect)
+        let io = tokio::time::timeout(self.connect_timeout, connect)
             .await
             .map_err(|_| UpstreamError::Connect("connect timed out".into()))??;
-        http1::Builder::new()
+        let (sender, driver) = http1::Builder::new()
             // One buffer per write: the whole head (and a small body) in one syscall.
             .writev(false)
             .handshake(TokioIo::new(io))
             .await
-            .map_err(|e| UpstreamError::Connect(e.into()))
+            .map_err(|e| UpstreamError::Connect(e.into()))?;
+        Ok(Conn {
+            sender,
+            driver: Some(Box::new(driver)),
+        })
     }
 }
 

@@ -45,23 +45,9 @@ impl H2Pool {
         self
     }
 
-    pub async fn send(
-        &self,
-        addr: SocketAddr,
-        req: Request<Body>,
-    ) -> Result<Response<Incoming>, UpstreamError> {
-        let mut sender = self.sender(addr).await?;
-        sender
-            .ready()
-            .await
-            .map_err(|e| UpstreamError::Request(e.into()))?;
-        sender
-            .send_request(req)
-            .await
-            .map_err(|e| UpstreamError::Request(e.into()))
-    }
-
-    async fn sender(&self, addr: SocketAddr) -> Result<SendRequest<Body>, UpstreamError> {
+    /// A handle on the endpoint's connection, dialled if there is none: connecting
+    /// consumes no request, so a failed dial can be retried elsewhere.
+    pub async fn sender(&self, addr: SocketAddr) -> Result<SendRequest<Body>, UpstreamError> {
         if let Some(s) = self.cached(addr) {
             return Ok(s);
         }
@@ -97,6 +83,21 @@ impl H2Pool {
             None => None,
         }
     }
+}
+
+/// Sends `req` as one stream on the connection `sender` belongs to.
+pub async fn send(
+    mut sender: SendRequest<Body>,
+    req: Request<Body>,
+) -> Result<Response<Incoming>, UpstreamError> {
+    sender
+        .ready()
+        .await
+        .map_err(|e| UpstreamError::Request(e.into()))?;
+    sender
+        .send_request(req)
+        .await
+        .map_err(|e| UpstreamError::Request(e.into()))
 }
 
 /// The HTTP/2 handshake over any transport; the connection runs on its own task.

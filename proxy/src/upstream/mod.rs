@@ -2,6 +2,7 @@
 //! BackendTLSPolicy, `h1`), one multiplexed HTTP/2 connection per endpoint for backends
 //! that declare it (`h2pool`), and mesh mode's mTLS HTTP/2 (`crate::mesh`).
 
+pub(crate) mod attempts;
 mod body;
 mod h1;
 pub(crate) mod h2pool;
@@ -50,6 +51,10 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub enum UpstreamError {
     #[error("connect: {0}")]
     Connect(BoxError),
+    /// Mesh mode holds no unexpired SVID: no endpoint can be reached, and none is at
+    /// fault (no health record, no retry elsewhere); answered like a failed connect.
+    #[error("no mesh identity: {0}")]
+    NoIdentity(BoxError),
     #[error("request: {0}")]
     Request(BoxError),
     /// The upstream was reached but refused as a peer (mesh identity): never retried
@@ -101,33 +106,65 @@ impl Upstreams {
         self.mesh.as_ref().is_none_or(|m| m.identity().is_ready())
     }
 
-    /// Sends `req` to `endpoint`. For HTTP/1.1 the request URI is origin-form; for
-    /// HTTP/2 it carries the client's authority.
-    pub async fn send(
+    /// A connection to `endpoint` (or a stream slot on one) for one request. No
+    /// request is consumed: a failed connect can be retried on another endpoint.
+    pub(crate) async fn connect(
+        &self,
+        protocol: UpstreamProtocol,
+        backend: &Backend,
+        endpoint: &Endpoint,
+    ) -> Result<Ready, UpstreamError> {
+        match protocol {
+            UpstreamProtocol::Http1 => self.http1.checkout(endpoint.addr).await.map(Ready::Http1),
+            UpstreamProtocol::H2c => self.h2c.sender(endpoint.addr).await.map(Ready::H2),
+            UpstreamProtocol::Tls | UpstreamProtocol::H2Tls => match &backend.tls {
+                Some(policy) => {
+                    let h2 = protocol == UpstreamProtocol::H2Tls;
+                    tls::connect(&self.settings, policy, h2, backend, endpoint).await
+                }
+                None => Err(UpstreamError::Refused("backend has no TLS policy".into())),
+            },
+            UpstreamProtocol::Mesh => match &self.mesh {
+                Some(mesh) => mesh.connect(endpoint).await.map(Ready::Mesh),
+                None => Err(UpstreamError::Refused("mesh mode is off".into())),
+            },
+        }
+    }
+
+    /// One attempt, no retry: connect, send, record the endpoint's health.
+    pub(crate) async fn send(
         &self,
         protocol: UpstreamProtocol,
         backend: &Backend,
         endpoint: &Endpoint,
         req: Request<Body>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        let result = match protocol {
-            UpstreamProtocol::Http1 => self.http1.send(endpoint.addr, req).await,
-            UpstreamProtocol::H2c => incoming(self.h2c.send(endpoint.addr, req).await),
-            UpstreamProtocol::Tls | UpstreamProtocol::H2Tls => match &backend.tls {
-                Some(tls) => {
-                    let h2 = protocol == UpstreamProtocol::H2Tls;
-                    tls::send(&self.settings, tls, h2, backend, endpoint, req).await
-                }
-                None => Err(UpstreamError::Refused("backend has no TLS policy".into())),
-            },
-            UpstreamProtocol::Mesh => match &self.mesh {
-                // Mesh retries elsewhere and records its own connect failures.
-                Some(mesh) => return incoming(mesh.send(backend, endpoint, req).await),
-                None => Err(UpstreamError::Refused("mesh mode is off".into())),
-            },
+        let result = match self.connect(protocol, backend, endpoint).await {
+            Ok(ready) => ready.send(req).await,
+            Err(e) => Err(e),
         };
         record_health(backend, endpoint, &result);
         result
+    }
+}
+
+/// A connection to one endpoint (or a stream slot on one), ready for one request.
+pub(crate) enum Ready {
+    Http1(h1::Checkout),
+    H2(hyper::client::conn::http2::SendRequest<Body>),
+    Mesh(crate::mesh::Lease),
+}
+
+impl Ready {
+    pub(crate) async fn send(
+        self,
+        req: Request<Body>,
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        match self {
+            Ready::Http1(conn) => conn.send(req).await,
+            Ready::H2(sender) => incoming(h2pool::send(sender, req).await),
+            Ready::Mesh(lease) => incoming(lease.send(req).await),
+        }
     }
 }
 
@@ -150,7 +187,7 @@ pub(crate) fn record_health<B>(
         Ok(_) | Err(UpstreamError::Connect(_) | UpstreamError::Request(_)) => {
             record_failure(backend, endpoint);
         }
-        Err(UpstreamError::Refused(_)) => {}
+        Err(UpstreamError::Refused(_) | UpstreamError::NoIdentity(_)) => {}
     }
 }
 

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use http::{Request, Response};
 use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -12,10 +11,9 @@ use tokio_rustls::client::TlsStream;
 
 use super::h1::H1Pool;
 use super::h2pool::H2Pool;
-use super::{BoxError, UpstreamBody, UpstreamError, UpstreamSettings};
+use super::{BoxError, Ready, UpstreamError, UpstreamSettings};
 use crate::backend::{Backend, Endpoint};
 use crate::backend_tls::BackendTls;
-use crate::http::Body;
 use crate::telemetry;
 
 /// What a TLS dial needs: the policy's client config and SNI, and the backend's name
@@ -56,15 +54,14 @@ pub(crate) fn dial(tls: &BackendTls, backend: &Backend) -> Result<TlsDial, Upstr
     })
 }
 
-/// Sends `req` to `endpoint` over the policy's TLS: HTTP/2 when `h2`, else HTTP/1.1.
-pub async fn send(
+/// A connection to `endpoint` over the policy's TLS: HTTP/2 when `h2`, else HTTP/1.1.
+pub(crate) async fn connect(
     settings: &UpstreamSettings,
     tls: &BackendTls,
     h2: bool,
     backend: &Backend,
     endpoint: &Endpoint,
-    req: Request<Body>,
-) -> Result<Response<UpstreamBody>, UpstreamError> {
+) -> Result<Ready, UpstreamError> {
     if h2 {
         let pool = match tls.h2.get() {
             Some(p) => p,
@@ -74,8 +71,7 @@ pub async fn send(
                     .get_or_init(|| H2Pool::new(settings.connect_timeout).with_tls(dial))
             }
         };
-        let resp = pool.send(endpoint.addr, req).await?;
-        return Ok(resp.map(UpstreamBody::from));
+        return pool.sender(endpoint.addr).await.map(Ready::H2);
     }
     let pool = match tls.http1.get() {
         Some(p) => p,
@@ -84,5 +80,5 @@ pub async fn send(
             tls.http1.get_or_init(|| H1Pool::new(settings, Some(dial)))
         }
     };
-    pool.send(endpoint.addr, req).await
+    pool.checkout(endpoint.addr).await.map(Ready::Http1)
 }

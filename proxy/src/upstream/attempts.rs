@@ -1,11 +1,14 @@
-//! The upstream exchange of one request, with its retries (policy: `crate::retry`).
+//! The upstream exchange of one request and all its attempts: the one place a request
+//! is retried (policy: `crate::retry`).
 //!
-//! The pooled HTTP/1.1 client consumes the request it sends, so a request that may be
-//! retried keeps its head (one clone per attempt but the last) and its body as
-//! `Bytes`. That happens only when a retry is possible: the rule has a `retry`, or the
-//! request has no body and the Service another endpoint to try after a failed connect
-//! (issue #9: plain mode retries that once, as mesh mode does). Every other request
-//! takes the single-attempt path and pays nothing.
+//! Connecting consumes no request, so a connect that fails goes to another endpoint
+//! whatever the body: for a rule without `retry`, to one more endpoint (mesh mode: up
+//! to two more), at once; for a rule with `retry`, as its attempts and backoff allow.
+//! An answer whose status the rule lists, or an attempt past its `backendRequest`
+//! timeout, is retried only for idempotent methods and only when the body was kept for
+//! replay: empty, or at most 64 KiB (buffered as `Bytes`). The request head is cloned
+//! for an attempt only when a later one may need it, so a request on a rule without
+//! `retry` pays nothing.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -16,15 +19,16 @@ use http::uri::PathAndQuery;
 use http::{HeaderValue, Request, Response};
 use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::{Body as _, Incoming};
+use tokio::time::Instant;
 
-use super::{ProxyError, outbound};
+use super::{UpstreamBody, UpstreamError, Upstreams, record_failure, record_health};
 use crate::backend::{Backend, Endpoint, UpstreamProtocol};
+use crate::http::{ProxyError, outbound};
 use crate::retry::{MAX_REPLAY_BODY, RetryPolicy, is_idempotent};
 use crate::telemetry::{UPSTREAM_RETRIES_TOTAL, upstream_connect_errors};
-use crate::upstream::{UpstreamBody, UpstreamError, Upstreams};
 
 /// Everything an exchange needs besides the request.
-pub(super) struct Target<'a> {
+pub(crate) struct Target<'a> {
     pub upstreams: &'a Upstreams,
     pub policy: Option<&'a RetryPolicy>,
     pub backend: &'a Backend,
@@ -35,49 +39,50 @@ pub(super) struct Target<'a> {
 /// What may be retried for this request.
 struct Plan<'a> {
     retries: u32,
-    /// Statuses to retry; empty when the method is not idempotent.
+    /// Statuses to retry; empty when the method is not idempotent or the body can't
+    /// be replayed.
     codes: &'a [u16],
-    /// An attempt that times out is retried (idempotent methods only).
+    /// An attempt that times out is retried.
     timeouts: bool,
     attempt_timeout: Option<Duration>,
-    /// Waits between attempts; none for the connect retry of a rule without `retry`
-    /// (it goes to another endpoint, and nothing was sent).
+    /// The body is buffered for replay.
+    replay: bool,
+    /// Waits between attempts; none without a rule `retry` (a connect retry goes to
+    /// another endpoint, and nothing was sent).
     policy: Option<&'a RetryPolicy>,
 }
 
 impl<'a> Plan<'a> {
-    /// `None`: one attempt, no deadline of its own, nothing kept.
-    fn for_request(t: &Target<'a>, parts: &RequestParts, body: &Incoming) -> Option<Self> {
-        let replayable = body.is_end_stream()
-            || body
-                .size_hint()
-                .upper()
-                .is_some_and(|n| n <= MAX_REPLAY_BODY);
-        match t.policy {
-            Some(p) => {
-                let idempotent = is_idempotent(&parts.method);
-                Some(Self {
-                    retries: if replayable { p.attempts } else { 0 },
-                    codes: if idempotent { &p.codes } else { &[] },
-                    timeouts: idempotent,
-                    attempt_timeout: p.attempt_timeout,
-                    policy: Some(p),
-                })
-            }
-            // Mesh mode retries failed connects inside its pool.
-            None if t.protocol != UpstreamProtocol::Mesh
-                && body.is_end_stream()
-                && t.backend.endpoints.len() > 1 =>
-            {
-                Some(Self {
-                    retries: 1,
-                    codes: &[],
-                    timeouts: false,
-                    attempt_timeout: None,
-                    policy: None,
-                })
-            }
-            None => None,
+    fn for_request(t: &Target<'a>, parts: &RequestParts, body: &Incoming, upgrade: bool) -> Self {
+        let Some(p) = t.policy else {
+            return Self {
+                retries: if t.protocol == UpstreamProtocol::Mesh {
+                    2
+                } else {
+                    1
+                },
+                codes: &[],
+                timeouts: false,
+                attempt_timeout: None,
+                replay: false,
+                policy: None,
+            };
+        };
+        let replay = !upgrade
+            && p.attempts > 0
+            && (body.is_end_stream()
+                || body
+                    .size_hint()
+                    .upper()
+                    .is_some_and(|n| n <= MAX_REPLAY_BODY));
+        let idempotent = replay && is_idempotent(&parts.method);
+        Self {
+            retries: p.attempts,
+            codes: if idempotent { &p.codes } else { &[] },
+            timeouts: idempotent,
+            attempt_timeout: p.attempt_timeout,
+            replay,
+            policy: Some(p),
         }
     }
 }
@@ -101,33 +106,18 @@ impl Reason {
 }
 
 /// Sends the request (`parts` already filtered, not yet targeted) and returns the
-/// upstream's answer, retrying as the rule allows. Upgrades never get here retried.
-pub(super) async fn exchange(
+/// upstream's answer, retrying as the rule allows. `upgrade` is the client's `Upgrade`
+/// token, when it asked for one.
+pub(crate) async fn exchange(
     t: Target<'_>,
     mut parts: RequestParts,
     path_and_query: PathAndQuery,
     body: Incoming,
     upgrade: Option<&HeaderValue>,
 ) -> Result<Response<UpstreamBody>, ProxyError> {
-    let plan = if upgrade.is_some() {
-        None
-    } else {
-        Plan::for_request(&t, &parts, &body)
-    };
-    let Some(plan) = plan else {
-        outbound::target(&mut parts, path_and_query, t.protocol, t.endpoint, upgrade)?;
-        let req = Request::from_parts(parts, Either::Left(body));
-        let result = t
-            .upstreams
-            .send(t.protocol, t.backend, t.endpoint, req)
-            .await;
-        return into_proxy_result(result, t.backend, t.endpoint);
-    };
-    // A body that can't be replayed goes upstream once, as a stream.
-    let (mut stream, replay) = if plan.retries == 0 {
+    let plan = Plan::for_request(&t, &parts, &body, upgrade.is_some());
+    let (mut stream, replay) = if !plan.replay || body.is_end_stream() {
         (Some(body), Bytes::new())
-    } else if body.is_end_stream() {
-        (None, Bytes::new())
     } else {
         let limited = Limited::new(body, usize::try_from(MAX_REPLAY_BODY).unwrap_or(usize::MAX));
         match limited.collect().await {
@@ -139,34 +129,47 @@ pub(super) async fn exchange(
     let mut unreachable: Vec<SocketAddr> = Vec::new();
     let mut endpoint = t.endpoint;
     let mut retry = 0u32;
+    let mut head_taken = false;
     loop {
-        let last = retry >= plan.retries;
-        // The last attempt takes the head itself; earlier ones a copy.
-        let mut head = if last {
-            std::mem::replace(&mut parts, empty_parts())
-        } else {
-            parts.clone()
-        };
-        outbound::target(
-            &mut head,
-            path_and_query.clone(),
-            t.protocol,
-            endpoint,
-            None,
-        )?;
-        let body = match stream.take() {
-            Some(s) => Either::Left(s),
-            None => Either::Right(Full::new(replay.clone())),
-        };
-        let sent = t.upstreams.send(
-            t.protocol,
-            t.backend,
-            endpoint,
-            Request::from_parts(head, body),
-        );
-        let outcome = match plan.attempt_timeout {
-            Some(d) => tokio::time::timeout(d, sent).await.ok(),
-            None => Some(sent.await),
+        let deadline = plan.attempt_timeout.map(|d| Instant::now() + d);
+        let outcome = match within(
+            deadline,
+            t.upstreams.connect(t.protocol, t.backend, endpoint),
+        )
+        .await
+        {
+            None => None,
+            Some(Err(e)) => {
+                if let UpstreamError::Connect(_) = e {
+                    record_failure(t.backend, endpoint);
+                }
+                Some(Err(e))
+            }
+            Some(Ok(ready)) => {
+                // The head is copied only if a later attempt may send it again.
+                let mut head = if plan.policy.is_some() && retry < plan.retries {
+                    parts.clone()
+                } else {
+                    head_taken = true;
+                    std::mem::replace(&mut parts, empty_parts())
+                };
+                outbound::target(
+                    &mut head,
+                    path_and_query.clone(),
+                    t.protocol,
+                    endpoint,
+                    upgrade,
+                )?;
+                let body = match stream.take() {
+                    Some(s) => Either::Left(s),
+                    None => Either::Right(Full::new(replay.clone())),
+                };
+                let sent = within(deadline, ready.send(Request::from_parts(head, body))).await;
+                if let Some(result) = &sent {
+                    record_health(t.backend, endpoint, result);
+                }
+                sent
+            }
         };
         let reason = match &outcome {
             Some(Ok(resp)) if plan.codes.contains(&resp.status().as_u16()) => Reason::Status,
@@ -174,10 +177,12 @@ pub(super) async fn exchange(
             None if plan.timeouts => Reason::BackendTimeout,
             _ => return finish(outcome, t.backend, endpoint),
         };
+        // The request must still be whole: its head, and its body (unsent, or kept).
+        let resendable = !head_taken && (stream.is_some() || plan.replay);
         // After a failed connect, another endpoint that has not failed one; after
         // an answer or a timeout, the next in turn (a single-pod Service retries
         // its one pod).
-        let next = if last {
+        let next = if retry >= plan.retries || !resendable {
             None
         } else if let Reason::ConnectError = reason {
             unreachable.push(endpoint.addr);
@@ -192,7 +197,7 @@ pub(super) async fn exchange(
         };
         if let Some(Err(UpstreamError::Connect(e))) = &outcome {
             upstream_connect_errors(&t.backend.name).increment(1);
-            tracing::debug!(backend = %t.backend.name, endpoint = %endpoint.addr, error = %e, "upstream connect failed; retrying");
+            tracing::debug!(backend = %t.backend.name, from = %endpoint.addr, to = %next.addr, error = %e, "upstream connect failed; retrying on another endpoint");
         }
         // A retried answer's body is not wanted: dropping it closes that connection.
         drop(outcome);
@@ -203,6 +208,14 @@ pub(super) async fn exchange(
         if let Some(p) = plan.policy {
             tokio::time::sleep(p.backoff_before(retry)).await;
         }
+    }
+}
+
+/// `fut`'s output, or `None` if `deadline` passed first.
+async fn within<F: Future>(deadline: Option<Instant>, fut: F) -> Option<F::Output> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, fut).await.ok(),
+        None => Some(fut.await),
     }
 }
 
@@ -234,6 +247,7 @@ fn into_proxy_result(
             tracing::warn!(backend = %backend.name, endpoint = %endpoint.addr, error = %e, "upstream connect failed");
             Err(ProxyError::UpstreamConnect(e))
         }
+        Err(UpstreamError::NoIdentity(e)) => Err(ProxyError::UpstreamConnect(e)),
         Err(UpstreamError::Request(e)) => Err(ProxyError::Upstream(e)),
         Err(UpstreamError::Refused(e)) => {
             tracing::warn!(backend = %backend.name, endpoint = %endpoint.addr, error = %e, "upstream refused");
