@@ -317,7 +317,9 @@ async fn forward(
         None => exchange.await?,
     };
     let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
-    let upgraded_to = resp.headers().get(header::UPGRADE).cloned();
+    let upgraded_to = switching
+        .then(|| resp.headers().get(header::UPGRADE).cloned())
+        .flatten();
     if let (true, Some(down)) = (switching, downstream_upgrade) {
         upgrade::tunnel(down, &mut resp);
     }

@@ -174,7 +174,9 @@ impl H1Pool {
     pub(crate) async fn checkout(&self, addr: SocketAddr) -> Result<Checkout, UpstreamError> {
         let (conn, reused) = match self.shared.pop(addr) {
             Some(conn) => (conn, true),
-            None => (self.shared.dial(addr).await?, false),
+            // Boxed: a dial (TCP, TLS) is a large future, and every request's future
+            // would carry it inline and copy it around; dials are rare.
+            None => (Box::pin(self.shared.dial(addr)).await?, false),
         };
         Ok(Checkout {
             shared: Arc::clone(&self.shared),
@@ -232,7 +234,7 @@ impl Checkout {
                 return Err(UpstreamError::Request(error.into()));
             }
         };
-        let conn = shared.dial(addr).await?;
+        let conn = Box::pin(shared.dial(addr)).await?;
         match exchange(conn, req).await {
             Ok((resp, conn)) => Ok(lease(shared, addr, resp, conn)),
             Err(Failed { error, .. }) => Err(UpstreamError::Request(error.into())),

@@ -51,6 +51,12 @@ impl H2Pool {
         if let Some(s) = self.cached(addr) {
             return Ok(s);
         }
+        // Boxed: the dial is a large future that every stream's future would
+        // otherwise carry (and copy) inline; dials are rare.
+        Box::pin(self.dial(addr)).await
+    }
+
+    async fn dial(&self, addr: SocketAddr) -> Result<SendRequest<Body>, UpstreamError> {
         let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr))
             .await
             .map_err(|_| UpstreamError::Connect("connect timed out".into()))?
