@@ -262,3 +262,21 @@ async fn requests_whose_body_the_backend_does_not_read_all_succeed() {
         assert_eq!(body, "/noread".as_bytes());
     }
 }
+
+/// Servers (hyper's included) stop reading a body once it says it has ended, and
+/// drop it without a last poll: the connection must go back to the pool all the same.
+#[tokio::test]
+async fn a_body_dropped_once_it_reports_its_end_returns_the_connection() {
+    let (addr, seen) = backend().await;
+    let pool = H1Pool::new(&settings(Duration::from_secs(60)), None);
+    for i in 0..3 {
+        let resp = pool.send(addr, get("/sized")).await.unwrap();
+        let mut body = resp.into_body();
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), "/sized".as_bytes());
+        assert!(hyper::body::Body::is_end_stream(&body), "request {i}");
+        drop(body);
+        assert_eq!(pool.shared().idle_count(addr), 1, "request {i}");
+    }
+    assert_eq!(seen.accepted.load(Ordering::SeqCst), 1);
+}
