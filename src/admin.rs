@@ -4,6 +4,7 @@
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use aether_controller::Statuses;
 use aether_controller::manifest::ManifestError;
@@ -24,6 +25,10 @@ pub struct AdminState {
     pub prometheus: PrometheusHandle,
     /// What `/status` shows, as last published; rendered only when asked for.
     pub status: ArcSwap<StatusDoc>,
+    /// Has a configuration been applied (its listeners bound, or their failures
+    /// reported)? The admin server answers long before: a `/readyz` 200 then sent a
+    /// takeover's traffic to sockets that did not exist yet.
+    pub applied: AtomicBool,
 }
 
 /// The statuses and input errors of the last publish, shared with the publisher (not
@@ -80,6 +85,10 @@ async fn answer(
         return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n"));
     }
     Ok(match req.uri().path() {
+        "/readyz" if !state.applied.load(Ordering::Acquire) => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no configuration applied yet\n",
+        ),
         "/readyz" if state.proxy.not_ready().is_some() => text(
             StatusCode::SERVICE_UNAVAILABLE,
             state.proxy.not_ready().unwrap_or_default(),

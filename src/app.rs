@@ -2,7 +2,7 @@
 //! the admin server; then drain on SIGTERM/SIGINT.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aether_controller::{Reconciler, Settings};
@@ -51,6 +51,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         proxy: Arc::clone(&proxy),
         prometheus,
         status: ArcSwap::from_pointee(StatusDoc::default()),
+        applied: AtomicBool::new(false),
     });
     tracing::info!(addr = %admin_listener.local_addr()?, "admin server listening");
     tokio::spawn(admin::serve(admin_listener, Arc::clone(&admin)));

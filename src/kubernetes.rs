@@ -39,7 +39,7 @@ pub async fn run(
             None
         }
         (Some(path), None) => Some(DedicatedSettings {
-            namespace: args.edge_service.namespace.clone(),
+            namespace: args.edge_service.namespace.to_string(),
             template: load_template(path).await?,
         }),
         _ => None,
@@ -69,22 +69,24 @@ pub async fn run(
     aether_controller::kube::watch::spawn(&client, &shared, &extra);
     let (status_tx, status_rx) = watch::channel(Arc::new(Statuses::default()));
     let (service_tx, service_rx) = watch::channel(Desired::default());
-    let writer = StatusWriter::new(
-        client.clone(),
-        Arc::clone(&shared),
-        settings.controller_name.clone(),
-    );
-    let applier = ServiceApplier::new(client.clone(), Arc::clone(&shared));
     // Effects wait for the first reconcile of a fully listed Store: the channels'
     // initial (empty) values are never acted on. A dedicated Gateway's pod has none
-    // and doesn't contend for the Lease.
+    // and doesn't contend for the Lease (nor read the Gateway CRD, which only the
+    // status writer needs).
     let mut effects = if args.serve_gateway.is_some() {
         None
     } else {
+        let writer = StatusWriter::new(
+            client.clone(),
+            Arc::clone(&shared),
+            settings.controller_name.clone(),
+            aether_controller::kube::crd::spawn(&client),
+        );
+        let applier = ServiceApplier::new(client.clone(), Arc::clone(&shared));
         let held = lease::spawn(
             client,
             LeaseConfig {
-                namespace: args.edge_service.namespace.clone(),
+                namespace: args.edge_service.namespace.to_string(),
                 name: args.writer_lease.clone(),
                 identity: identity(),
                 duration: args.lease_duration,

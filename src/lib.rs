@@ -11,3 +11,6 @@ pub mod kubernetes;
 pub mod mesh;
 pub mod portstate;
 pub mod publish;
+
+#[cfg(test)]
+mod cli_reference_tests;

@@ -103,6 +103,8 @@ impl Publisher {
         let Some(current) = self.current.as_mut() else {
             return;
         };
+        // Binds happen here, synchronously: once this returns, every socket the
+        // Snapshot asks for is listening or reported as failing.
         let failures = self.manager.apply(Arc::clone(&current.snapshot));
         let mut statuses = current.statuses.clone();
         statuses.mark_bind_failures(&current.snapshot, &failures);
@@ -114,6 +116,11 @@ impl Publisher {
             statuses: Arc::clone(&statuses),
             errors: Arc::clone(&current.errors),
         }));
+        // Ready from now on: a socket that failed to bind is in status and retried;
+        // holding readiness back for it would leave every other listener unserved.
+        self.admin
+            .applied
+            .store(true, std::sync::atomic::Ordering::Release);
         // A retry that changed nothing is not news; the listener manager logs binds.
         if !retry || failures.len() != current.bind_failures {
             tracing::info!(

@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
-"""Scale figures for issue 7's targets that are not about throughput: idle RSS, RSS with
+"""Scale figures for the targets in benches/RESULTS.md that are not about throughput: idle RSS, RSS with
 5,000 HTTPRoutes over 1,000 hostnames, memory per idle keep-alive connection, the number
 of Prometheus series at 5,000 routes, and route propagation (change on disk -> first
 successful request) over 100 changes while a client keeps requesting an existing route.
 
     unshare -n sh -c 'ip link set lo up && benches/scale/measure.py target/release/aether-edge'
+
+Environment: SCALE_ROUTES (default 5000) sets the number of routes; SCALE_LOG=FILE
+writes the edge's log to FILE at debug level for the reconciler and publisher, whose
+lines carry each change's `read_us`, `reconcile_us`, `publish_us` and the routes
+compiled and attached again.
 
 Standalone mode, loopback only (127.66.1.0/24). Bounded: fixed counts, every wait has a
 deadline, and the processes are stopped at the end. Prints one Markdown block.
@@ -15,7 +20,9 @@ EDGE = sys.argv[1] if len(sys.argv) > 1 else "target/release/aether-edge"
 NET = "127.66.1"
 GW, BACK, ADMIN = f"{NET}.5", f"{NET}.251", f"{NET}.250"
 PORT, BACK_PORT, ADMIN_PORT = 8080, 9000, 9901
-ROUTES, HOSTS, CHANGES, IDLE_CONNS = 5000, 1000, 100, 1000
+ROUTES = int(os.environ.get("SCALE_ROUTES", "5000"))
+HOSTS, CHANGES, IDLE_CONNS = 1000, 100, 1000
+LOG = os.environ.get("SCALE_LOG")
 DEADLINE = 30.0  # seconds any single wait may take
 
 INFRA = f"""
@@ -133,10 +140,12 @@ def main():
     try:
         procs.append(subprocess.Popen([EDGE, "echo", "--listen", f"{BACK}:{BACK_PORT}", "--name", "a"],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        log = open(LOG, "w") if LOG else subprocess.DEVNULL
+        level = "warn,aether_edge=debug,aether_controller=debug" if LOG else "warn"
         edge = subprocess.Popen([EDGE, "run", "--manifests", m, "--admin", f"{ADMIN}:{ADMIN_PORT}",
                                  "--address-pool", f"{NET}.0/28"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env={**os.environ, "RUST_LOG": "warn"})
+                                stdout=subprocess.DEVNULL, stderr=log,
+                                env={**os.environ, "RUST_LOG": level})
         procs.append(edge)
         wait("readyz", lambda: get(ADMIN, ADMIN_PORT, "admin", "/readyz") == 200)
         wait("the listener", lambda: get(GW, PORT, "x", "/") == 404)
@@ -147,7 +156,7 @@ def main():
         loaded_at = time.monotonic()
         write_atomically(os.path.join(m, "routes.yaml"), routes)
         last = ROUTES - 1
-        wait("5,000 routes", lambda: get(GW, PORT, f"h{last % HOSTS}.example.com", f"/r{last}") == 200)
+        wait(f"{ROUTES} routes", lambda: get(GW, PORT, f"h{last % HOSTS}.example.com", f"/r{last}") == 200)
         first_load = time.monotonic() - loaded_at
         time.sleep(1)
         loaded = rss_kib(edge.pid)

@@ -344,16 +344,20 @@ impl Statuses {
 }
 
 /// Stamps each status of `current` against its previously published version, or takes
-/// that version whole when the status is the one it was stamped from.
+/// that version whole when the status is the one it was stamped from. The three maps are
+/// walked together in key order: no lookup per entry.
 fn carry<K: Ord, S: Clone>(
     current: &mut BTreeMap<K, ObjectStatus<S>>,
     previous_input: &BTreeMap<K, ObjectStatus<S>>,
     previous: &BTreeMap<K, ObjectStatus<S>>,
     mut stamp_one: impl FnMut(&mut S, Option<&S>),
 ) {
+    let mut inputs = previous_input.iter().peekable();
+    let mut published = previous.iter().peekable();
     for (key, s) in current.iter_mut() {
-        let prev = previous.get(key);
-        if let (Some(input), Some(prev)) = (previous_input.get(key), prev)
+        let input = seek(&mut inputs, key);
+        let prev = seek(&mut published, key);
+        if let (Some(input), Some(prev)) = (input, prev)
             && Arc::ptr_eq(&input.status, &s.status)
             && input.generation == s.generation
         {
@@ -362,6 +366,16 @@ fn carry<K: Ord, S: Clone>(
         }
         stamp_one(Arc::make_mut(&mut s.status), prev.map(|p| &*p.status));
     }
+}
+
+/// The value at `key` in a key-ordered walk, skipping the smaller keys; called with
+/// ascending keys.
+fn seek<'a, K: Ord + 'a, V: 'a>(
+    walk: &mut std::iter::Peekable<impl Iterator<Item = (&'a K, &'a V)>>,
+    key: &K,
+) -> Option<&'a V> {
+    while walk.next_if(|(k, _)| *k < key).is_some() {}
+    walk.next_if(|(k, _)| *k == key).map(|(_, v)| v)
 }
 
 fn replace(conditions: &mut Vec<Condition>, c: Condition) {
@@ -381,5 +395,71 @@ fn stamp<'a>(
             Some(p) if p.status == c.status => p.last_transition_time.clone(),
             _ => Time(now),
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class(accepted: bool) -> ObjectStatus<GatewayClassStatus> {
+        ObjectStatus::new(
+            1,
+            GatewayClassStatus {
+                conditions: Some(vec![cond::condition(
+                    "Accepted", accepted, "Accepted", "", 1,
+                )]),
+                supported_features: None,
+            },
+        )
+    }
+
+    fn times(s: &Statuses) -> Vec<(String, Timestamp)> {
+        s.gateway_classes
+            .iter()
+            .map(|(k, s)| {
+                let c = &s.status.conditions.as_deref().unwrap_or_default()[0];
+                (k.clone(), c.last_transition_time.0)
+            })
+            .collect()
+    }
+
+    /// The walk in key order must pair each status with its own previous version while
+    /// objects come and go on both sides of it.
+    #[test]
+    fn transition_times_follow_each_object_across_adds_and_removes() {
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let t1 = Timestamp::from_second(2_000).unwrap();
+        let mut first = Statuses::default();
+        for name in ["b", "d", "f"] {
+            first.gateway_classes.insert(name.to_owned(), class(true));
+        }
+        let input = first.clone();
+        first.carry_transition_times(&Statuses::default(), &Statuses::default(), t0);
+        let published = first;
+
+        // "a" and "e" are new, "b" went, "d" is handed out again unchanged, "f" flipped.
+        let mut next = Statuses::default();
+        next.gateway_classes.insert("a".to_owned(), class(true));
+        next.gateway_classes
+            .insert("d".to_owned(), input.gateway_classes["d"].clone());
+        next.gateway_classes.insert("e".to_owned(), class(true));
+        next.gateway_classes.insert("f".to_owned(), class(false));
+        next.carry_transition_times(&input, &published, t1);
+
+        assert_eq!(
+            times(&next),
+            [
+                ("a".to_owned(), t1),
+                ("d".to_owned(), t0),
+                ("e".to_owned(), t1),
+                ("f".to_owned(), t1),
+            ]
+        );
+        // Unchanged and handed out again: the very status published before.
+        assert!(Arc::ptr_eq(
+            &next.gateway_classes["d"].status,
+            &published.gateway_classes["d"].status
+        ));
     }
 }

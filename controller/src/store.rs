@@ -19,15 +19,17 @@ use crate::gateway_ext::GatewayExt;
 use crate::l4route::{L4Kind, L4Route};
 use crate::route_ext::HttpRouteExt;
 
-/// `namespace/name` of a namespaced object.
+/// `namespace/name` of a namespaced object. The reconciler copies keys into every map
+/// that remembers something per object, on every run: shared strings make a copy two
+/// count increments instead of two allocations.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ObjectKey {
-    pub namespace: String,
-    pub name: String,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
 }
 
 impl ObjectKey {
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+    pub fn new(namespace: impl Into<Arc<str>>, name: impl Into<Arc<str>>) -> Self {
         Self {
             namespace: namespace.into(),
             name: name.into(),
@@ -334,7 +336,7 @@ impl Store {
     pub fn remove(&mut self, id: &ObjectId) -> bool {
         let key = &id.key;
         match id.kind {
-            "GatewayClass" => self.gateway_classes.remove(&key.name).is_some(),
+            "GatewayClass" => self.gateway_classes.remove(&*key.name).is_some(),
             "Gateway" => {
                 self.gateway_ext.remove(key);
                 self.gateways.remove(key).is_some()
@@ -353,7 +355,7 @@ impl Store {
             "ConfigMap" => self.config_maps.remove(key).is_some(),
             "Service" => self.services.remove(key).is_some(),
             "EndpointSlice" => self.endpoint_slices.remove(key).is_some(),
-            "Namespace" => self.namespaces.remove(&key.name).is_some(),
+            "Namespace" => self.namespaces.remove(&*key.name).is_some(),
             "Pod" => self.pods.remove(key).is_some(),
             "BackendTLSPolicy" => self.backend_tls_policies.remove(key).is_some(),
             kind => {
@@ -387,7 +389,7 @@ impl Store {
     ) -> bool {
         self.reference_grants
             .range(ObjectKey::new(to_namespace, "")..)
-            .take_while(|(k, _)| k.namespace == to_namespace)
+            .take_while(|(k, _)| &*k.namespace == to_namespace)
             .any(|(_, grant)| {
                 let from_ok = grant.spec.from.iter().any(|f| {
                     f.group == "gateway.networking.k8s.io"

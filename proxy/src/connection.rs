@@ -1,6 +1,8 @@
 //! One accepted connection: optional TLS handshake, then HTTP/1.1 or HTTP/2 (chosen by
 //! ALPN or the client's preface) until it closes, drains, or is cut at the deadline.
 
+use std::fmt::Display;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +33,8 @@ pub struct Connections {
     pub state: Arc<ProxyState>,
     pub local: SocketAddr,
     pub builder: auto::Builder<TokioExecutor>,
+    /// The same, HTTP/2 only: for connections that agreed on `h2` by ALPN.
+    pub builder_h2: auto::Builder<TokioExecutor>,
     pub tls: Arc<ServerConfig>,
     /// The same without ALPN, for TLS terminated in front of a TLSRoute backend: the
     /// edge must not agree to an application protocol on the backend's behalf.
@@ -78,8 +82,13 @@ impl Connections {
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
                     Ok(Ok(tls)) => {
                         let sni = tls.get_ref().1.server_name().map(str::to_owned);
-                        this.serve(TokioIo::new(tls), info.tls(sni.as_deref()), watcher)
-                            .await;
+                        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+                        let (io, info) = (TokioIo::new(tls), info.tls(sni.as_deref()));
+                        if h2 {
+                            this.serve_h2(io, info, watcher).await;
+                        } else {
+                            this.serve(io, info, watcher).await;
+                        }
                     }
                     Ok(Err(e)) => {
                         metrics::counter!(telemetry::TLS_HANDSHAKE_ERRORS_TOTAL).increment(1);
@@ -110,6 +119,26 @@ impl Connections {
                 .serve_connection_with_upgrades(io, svc)
                 .into_owned(),
         );
+        self.run(conn, peer).await;
+    }
+
+    /// A connection that agreed on `h2` by ALPN speaks HTTP/2 from its first byte:
+    /// anything but the HTTP/2 preface is a connection error (RFC 9113 §3.4), never
+    /// an HTTP/1.1 request to answer, as the version sniffing of `serve` would.
+    async fn serve_h2<I>(&self, io: I, info: ConnInfo, watcher: Watcher)
+    where
+        I: Read + Write + Unpin + Send + 'static,
+    {
+        let peer = info.peer;
+        let info = Arc::new(info);
+        let state = Arc::clone(&self.state);
+        let svc = service_fn(move |req| handle(Arc::clone(&state), Arc::clone(&info), req));
+        let conn = watcher.watch(self.builder_h2.serve_connection(io, svc).into_owned());
+        self.run(conn, peer).await;
+    }
+
+    /// Drives a connection until it ends or the drain deadline cuts it.
+    async fn run<E: Display>(&self, conn: impl Future<Output = Result<(), E>>, peer: SocketAddr) {
         tokio::select! {
             // Checked first: a connection cut at the deadline must not get one last answer.
             biased;

@@ -270,6 +270,7 @@ async fn serve(
         state: Arc::clone(&state),
         local,
         builder: limits.server_builder(),
+        builder_h2: limits.server_builder().http2_only(),
         tls,
         tls_l4,
         active: telemetry::active_connections(&label),

@@ -99,9 +99,27 @@ impl Drop for Cluster {
 /// The apiserver binary, or None (with the reason printed) when there is no Go
 /// toolchain to build it.
 fn apiserver_binary() -> Result<Option<PathBuf>, BoxError> {
+    from_script("tests/k8s/build.sh", "kube-apiserver")
+}
+
+/// Where the official Gateway API CRDs are (`config/crd/{standard,experimental}`
+/// inside), from the `sigs.k8s.io/gateway-api` Go module, or None (with the reason
+/// printed) when there is no Go toolchain to fetch them. Asked once per test binary.
+pub fn crds_dir() -> Result<Option<PathBuf>, BoxError> {
+    static DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    if let Some(dir) = DIR.get() {
+        return Ok(dir.clone());
+    }
+    let dir = from_script("tests/k8s/crds.sh", "Gateway API CRDs")?;
+    Ok(DIR.get_or_init(|| dir).clone())
+}
+
+/// Runs one of tests/k8s/'s scripts, which print a path, or exit 3 when there is no
+/// Go toolchain to make what they provide.
+fn from_script(script: &str, what: &str) -> Result<Option<PathBuf>, BoxError> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Command::new("bash")
-        .arg(root.join("tests/k8s/build.sh"))
+        .arg(root.join(script))
         .stderr(Stdio::inherit())
         .output()?;
     match out.status.code() {
@@ -109,13 +127,13 @@ fn apiserver_binary() -> Result<Option<PathBuf>, BoxError> {
         // CI sets AETHER_REQUIRE_K8S=1: there a missing toolchain is a failure, not a
         // quietly green suite.
         Some(3) if std::env::var("AETHER_REQUIRE_K8S").is_ok_and(|v| v == "1") => {
-            Err("no Go toolchain, so no kube-apiserver, and AETHER_REQUIRE_K8S=1".into())
+            Err(format!("no Go toolchain, so no {what}, and AETHER_REQUIRE_K8S=1").into())
         }
         Some(3) => {
-            eprintln!("SKIPPED: no Go toolchain, so no kube-apiserver to test against");
+            eprintln!("SKIPPED: no Go toolchain, so no {what} to test against");
             Ok(None)
         }
-        _ => Err(format!("tests/k8s/build.sh failed: {}", out.status).into()),
+        _ => Err(format!("{script} failed: {}", out.status).into()),
     }
 }
 
@@ -124,9 +142,22 @@ fn free_port() -> Result<u16, BoxError> {
 }
 
 impl Cluster {
-    /// Starts etcd and the apiserver, waits until it serves, installs the CRDs.
+    /// Starts etcd and the apiserver, waits until it serves, installs the CRDs with
+    /// the chart's GEP-5093 patch.
     pub async fn start() -> Result<Option<Self>, BoxError> {
+        Self::start_with(true).await
+    }
+
+    /// Like [`Cluster::start`], with the CRDs exactly as published (no routability).
+    pub async fn start_stock_crds() -> Result<Option<Self>, BoxError> {
+        Self::start_with(false).await
+    }
+
+    async fn start_with(patch_routability: bool) -> Result<Option<Self>, BoxError> {
         let Some(apiserver) = tokio::task::spawn_blocking(apiserver_binary).await?? else {
+            return Ok(None);
+        };
+        let Some(crds) = tokio::task::spawn_blocking(crds_dir).await?? else {
             return Ok(None);
         };
         let slot = tokio::task::spawn_blocking(ClusterSlot::take).await?;
@@ -232,8 +263,10 @@ impl Cluster {
         };
         let client = cluster.client().await?;
         cluster.wait_ready(&client).await?;
-        cluster.install_crds(&client).await?;
-        cluster.patch_routability()?;
+        cluster.install_crds(&client, &crds).await?;
+        if patch_routability {
+            cluster.patch_routability()?;
+        }
         Ok(Some(cluster))
     }
 
@@ -301,8 +334,8 @@ impl Cluster {
     }
 
     /// The chart's GEP-5093 patch to the Gateway CRD, applied with a real kubectl the
-    /// way the README tells users to.
-    fn patch_routability(&self) -> Result<(), BoxError> {
+    /// way docs/kubernetes.md tells users to.
+    pub fn patch_routability(&self) -> Result<(), BoxError> {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let tools = Command::new("bash")
             .arg(root.join("tests/chart/tools.sh"))
@@ -332,10 +365,9 @@ impl Cluster {
         Ok(())
     }
 
-    /// The official standard-channel CRDs, from `../shared` beside the repository.
-    async fn install_crds(&self, client: &Client) -> Result<(), BoxError> {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let crds = root.join("../shared/gateway-api-crds/v1.6.1/standard");
+    /// The official standard-channel CRDs (see [`crds_dir`]).
+    async fn install_crds(&self, client: &Client, crds: &Path) -> Result<(), BoxError> {
+        let crds = crds.join("config/crd/standard");
         let api = Api::<CustomResourceDefinition>::all(client.clone());
         let mut names = Vec::new();
         for kind in [

@@ -1,4 +1,4 @@
-//! Phase 3 against the real API server: an annotated Gateway gets a Deployment, a
+//! Dedicated Gateways against the real API server: an annotated Gateway gets a Deployment, a
 //! PodDisruptionBudget and a pods Service of its own; running exactly what that Deployment says serves that
 //! Gateway alone, the shared edge stops serving it, and its Service's endpoints follow
 //! its own pods. Dropping the annotation hands it back to the shared edge.

@@ -9,6 +9,7 @@ mod chart_rbac;
 mod churn;
 mod cluster;
 mod collision;
+mod crd_schema;
 mod dedicated;
 mod l4;
 mod listenerset;

@@ -78,6 +78,9 @@ async fn grants(client: &Client) {
                  {"apiGroups": [""], "resources": ["namespaces", "secrets", "configmaps", "pods", "services"],
                   "verbs": ["get", "list", "watch"]},
                  {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                  "verbs": ["get", "list", "watch"]},
+                 {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+                  "resourceNames": ["gateways.gateway.networking.k8s.io"],
                   "verbs": ["get", "list", "watch"]}]}),
     )
     .await;

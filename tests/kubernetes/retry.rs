@@ -4,7 +4,6 @@
 //! field), and it reaches the data plane's configuration.
 
 use std::net::SocketAddr;
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -19,9 +18,10 @@ use crate::cluster::{BoxError, Cluster};
 use crate::{Proc, RANGE, apply, eventually, free_port};
 
 async fn install_experimental_httproute_crd(client: &Client) -> Result<(), BoxError> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(
-        "../shared/gateway-api-crds/v1.6.1/experimental/gateway.networking.k8s.io_httproutes.yaml",
-    );
+    let path = tokio::task::spawn_blocking(crate::cluster::crds_dir)
+        .await??
+        .ok_or("no Gateway API CRDs")?
+        .join("config/crd/experimental/gateway.networking.k8s.io_httproutes.yaml");
     let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(path)?)?;
     let name = crd.metadata.name.clone().unwrap_or_default();
     Api::<CustomResourceDefinition>::all(client.clone())

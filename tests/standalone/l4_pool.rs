@@ -1,4 +1,4 @@
-//! Port pools (issue 8): one TCP and one UDP listener hand each route a port of its
+//! Port pools: one TCP and one UDP listener hand each route a port of its
 //! own from a range; ports are reported in status, served for that route only, stable
 //! when another route goes, refused when taken, and the same after a restart.
 

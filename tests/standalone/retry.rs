@@ -1,5 +1,5 @@
 //! Plain mode (no mesh), rules without a `retry`: a request whose upstream connect
-//! fails before any byte was sent goes to another endpoint once (issue #9), so a
+//! fails before any byte was sent goes to another endpoint once, so a
 //! refusing or dying endpoint costs clients nothing but the requests in flight on it.
 
 use std::net::SocketAddr;

@@ -3,6 +3,7 @@
 //! server-side apply under one field manager.
 
 pub mod apply_errors;
+pub mod crd;
 pub mod lease;
 mod policy_status;
 pub mod retry_schedule;

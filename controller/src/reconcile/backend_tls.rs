@@ -276,8 +276,8 @@ impl PolicyIndex {
                         ancestor_ref: BackendTlsPolicyStatusAncestorsAncestorRef {
                             group: Some(GATEWAY_GROUP.to_owned()),
                             kind: Some("Gateway".to_owned()),
-                            name: gw.name.clone(),
-                            namespace: Some(gw.namespace.clone()),
+                            name: gw.name.to_string(),
+                            namespace: Some(gw.namespace.to_string()),
                             port: None,
                             section_name: None,
                         },

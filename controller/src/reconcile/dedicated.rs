@@ -1,8 +1,8 @@
-//! Kubernetes mode, seed 000 Phase 3: a Gateway annotated `aether.io/dedicated: "true"`
+//! Dedicated Gateways (Kubernetes mode): a Gateway annotated `aether.io/dedicated: "true"`
 //! gets edge pods of its own. The controller writes a Deployment of the edge binary
 //! told to serve that one Gateway (`--serve-gateway`), and a headless Service that
 //! selects its pods; the Gateway's own Service then points at those pods (through the
-//! EndpointSlices we mirror, as in Phase 2) instead of the shared edge pods, which stop
+//! EndpointSlices we mirror, as for any Gateway) instead of the shared edge pods, which stop
 //! binding the Gateway's internal ports.
 //!
 //! Both objects live in the edge's namespace, not the Gateway's: that is where the edge's
@@ -117,7 +117,7 @@ fn selector_labels(name: &str) -> BTreeMap<String, String> {
 /// The headless Service selecting a dedicated Gateway's pods: the cluster keeps its
 /// EndpointSlices current with the pods' readiness, and the Gateway's Service mirrors them.
 pub fn pods_service_key(settings: &DedicatedSettings, key: &ObjectKey) -> ObjectKey {
-    ObjectKey::new(&settings.namespace, name(key))
+    ObjectKey::new(settings.namespace.as_str(), name(key))
 }
 
 /// The Deployment and headless Service for a dedicated Gateway.
@@ -150,8 +150,11 @@ pub fn objects(
         .into_iter()
         .collect();
     let mut labels = infra_labels.clone();
-    labels.insert(LABEL_GATEWAY_NAME.to_owned(), key.name.clone());
-    labels.insert(LABEL_GATEWAY_NAMESPACE.to_owned(), key.namespace.clone());
+    labels.insert(LABEL_GATEWAY_NAME.to_owned(), key.name.to_string());
+    labels.insert(
+        LABEL_GATEWAY_NAMESPACE.to_owned(),
+        key.namespace.to_string(),
+    );
     labels.insert(LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned());
     let selector = selector_labels(&name);
     let meta = |labels: &BTreeMap<String, String>| ObjectMeta {
@@ -170,8 +173,11 @@ pub fn objects(
     pod_labels.retain(|k, _| !k.starts_with("app.kubernetes.io/"));
     pod_labels.extend(infra_labels);
     pod_labels.extend(selector.clone());
-    pod_labels.insert(LABEL_GATEWAY_NAME.to_owned(), key.name.clone());
-    pod_labels.insert(LABEL_GATEWAY_NAMESPACE.to_owned(), key.namespace.clone());
+    pod_labels.insert(LABEL_GATEWAY_NAME.to_owned(), key.name.to_string());
+    pod_labels.insert(
+        LABEL_GATEWAY_NAMESPACE.to_owned(),
+        key.namespace.to_string(),
+    );
     if !infra_annotations.is_empty() {
         pod_meta
             .annotations

@@ -1,4 +1,4 @@
-//! Phase 3 from YAML: which Gateways get pods of their own, what is written for them,
+//! Dedicated Gateways from YAML: which Gateways get pods of their own, what is written for them,
 //! and which process binds which internal ports.
 
 use std::path::Path;

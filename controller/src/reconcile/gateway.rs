@@ -46,7 +46,7 @@ pub struct ListenerModel<'a> {
     pub client_auth: Option<Arc<ClientAuth>>,
     /// TCPRoutes, UDPRoutes or TLSRoutes attached here (indexes into the L4 routes).
     pub l4_attachments: Vec<RouteAttachment>,
-    /// A port pool (issue 8): the range this TCP/UDP listener hands out, one port per
+    /// A port pool (`aether.io/port-range.<listener>`): the range this TCP/UDP listener hands out, one port per
     /// route, and the ports handed out (L4 route index -> port).
     pub pool: Option<super::ports::PortRange>,
     pub pool_ports: BTreeMap<usize, u16>,
@@ -114,10 +114,7 @@ impl ListenerModel<'_> {
     /// Does this listener let a route of `kind` from `namespace` attach?
     pub fn allows(&self, store: &Store, gateway_ns: &str, namespace: &str, kind: &str) -> bool {
         // `Same` means the namespace of whatever declares the listener.
-        let gateway_ns = self
-            .set
-            .as_ref()
-            .map_or(gateway_ns, |s| s.namespace.as_str());
+        let gateway_ns = self.set.as_ref().map_or(gateway_ns, |s| &*s.namespace);
         let kind_ok = self.supported_kinds.iter().any(|k| {
             k.kind == kind && k.group.as_deref().unwrap_or(GATEWAY_GROUP) == GATEWAY_GROUP
         });
@@ -202,7 +199,7 @@ pub fn listeners<'g>(
     {
         // A ListenerSet's certificateRefs are resolved from its own namespace.
         let (owner, cert_ns) = match &l.set {
-            Some(set) => ("ListenerSet", set.namespace.as_str()),
+            Some(set) => ("ListenerSet", &*set.namespace),
             None => ("Gateway", gateway_ns),
         };
         match certificates::resolve(store, owner, cert_ns, l.spec.tls.as_ref()) {

@@ -16,8 +16,11 @@
 //! the property test in `incremental_tests` holds a long-lived one to a fresh one after
 //! every step of random changes.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+
+use foldhash::HashMap;
+use std::collections::hash_map::Entry;
 
 use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
@@ -89,8 +92,9 @@ struct CachedRoute {
     object: Arc<HttpRoute>,
     ext: Option<HttpRouteExt>,
     model: Arc<RouteModel>,
-    /// The Services its compile resolved.
-    referenced: BTreeSet<ObjectKey>,
+    /// The Services its compile resolved, sorted (usually one: a one-element BTreeSet
+    /// would hold a node of eleven).
+    referenced: Box<[ObjectKey]>,
     /// Its attachment, decided on the Gateway side as it stood then.
     attached: Option<Attached>,
 }
@@ -259,87 +263,29 @@ impl Memo {
         resolver: &mut BackendResolver<'s>,
     ) -> Vec<(Arc<RouteModel>, &'s HttpRoute)> {
         let mut routes = Vec::with_capacity(store.http_routes.len() + store.grpc_routes.len());
-        let http = store
-            .http_routes
-            .iter()
-            .map(|(k, r)| (k, r, store.http_route_ext.get(k)));
-        // Entries move from the old map to the new one with their keys: no key is
-        // copied for a route that stays.
-        let mut old = std::mem::take(&mut self.http_routes);
-        for (key, route, ext) in http {
-            let (owned, cached) = take(&mut old, key);
-            let entry = self.compiled(cached, "HTTPRoute", key, route, ext, changes, resolver);
+        let mut work = Work {
+            interest: &mut self.interest,
+            redone: &mut self.redone,
+            changes,
+            resolver,
+        };
+        // Entries are updated where they stand: a route that stays costs one lookup.
+        for (key, route) in &store.http_routes {
+            let ext = store.http_route_ext.get(key);
+            let entry = work.compiled(&mut self.http_routes, "HTTPRoute", key, route, ext);
             routes.push((Arc::clone(&entry.model), &**route));
-            self.http_routes.insert(owned, entry);
         }
-        self.forget(old);
-        let mut old = std::mem::take(&mut self.grpc_routes);
+        work.forget_gone(&mut self.http_routes, store.http_routes.len(), |k| {
+            store.http_routes.contains_key(k)
+        });
         for (key, route) in &store.grpc_routes {
-            let (owned, cached) = take(&mut old, key);
-            let entry = self.compiled(cached, "GRPCRoute", key, route, None, changes, resolver);
+            let entry = work.compiled(&mut self.grpc_routes, "GRPCRoute", key, route, None);
             routes.push((Arc::clone(&entry.model), &**route));
-            self.grpc_routes.insert(owned, entry);
         }
-        self.forget(old);
+        work.forget_gone(&mut self.grpc_routes, store.grpc_routes.len(), |k| {
+            store.grpc_routes.contains_key(k)
+        });
         routes
-    }
-
-    /// The cached compile of a route if it still stands, else a new one.
-    #[allow(clippy::too_many_arguments)]
-    fn compiled(
-        &mut self,
-        cached: Option<CachedRoute>,
-        kind: &'static str,
-        key: &ObjectKey,
-        route: &Arc<HttpRoute>,
-        ext: Option<&HttpRouteExt>,
-        changes: &Changes,
-        resolver: &mut BackendResolver<'_>,
-    ) -> CachedRoute {
-        if let Some(mut c) = cached {
-            let stands = !changes.all_stale
-                && Arc::ptr_eq(&c.object, route)
-                && c.ext.as_ref() == ext
-                && c.referenced.is_disjoint(&changes.services);
-            if stands {
-                if changes.gateway_side {
-                    c.attached = None;
-                }
-                return c;
-            }
-            self.forget_one(&c);
-        }
-        self.redone.compiled += 1;
-        resolver.record();
-        let model = super::route::compile(key.clone(), kind, route, ext, resolver);
-        let referenced = resolver.recorded();
-        for svc in &referenced {
-            *self.interest.entry(svc.clone()).or_default() += 1;
-        }
-        CachedRoute {
-            object: Arc::clone(route),
-            ext: ext.cloned(),
-            model: Arc::new(model),
-            referenced,
-            attached: None,
-        }
-    }
-
-    fn forget(&mut self, gone: HashMap<ObjectKey, CachedRoute>) {
-        for c in gone.values() {
-            self.forget_one(c);
-        }
-    }
-
-    fn forget_one(&mut self, c: &CachedRoute) {
-        for svc in &c.referenced {
-            if let Some(n) = self.interest.get_mut(svc) {
-                *n -= 1;
-                if *n == 0 {
-                    self.interest.remove(svc);
-                }
-            }
-        }
     }
 
     /// The Services the cached routes resolved.
@@ -387,11 +333,102 @@ impl Memo {
     }
 }
 
-/// The entry for `key` moved out of `map` with its key, or a copy of the key.
-fn take<V>(map: &mut HashMap<ObjectKey, V>, key: &ObjectKey) -> (ObjectKey, Option<V>) {
-    match map.remove_entry(key) {
-        Some((k, v)) => (k, Some(v)),
-        None => (key.clone(), None),
+/// What compiling routes again needs besides the cache it updates.
+struct Work<'w, 's> {
+    interest: &'w mut BTreeMap<ObjectKey, usize>,
+    redone: &'w mut Redone,
+    changes: &'w Changes,
+    resolver: &'w mut BackendResolver<'s>,
+}
+
+impl Work<'_, '_> {
+    /// The cache entry of `key`, compiled again first unless it still stands.
+    fn compiled<'c>(
+        &mut self,
+        cache: &'c mut HashMap<ObjectKey, CachedRoute>,
+        kind: &'static str,
+        key: &ObjectKey,
+        route: &Arc<HttpRoute>,
+        ext: Option<&HttpRouteExt>,
+    ) -> &'c CachedRoute {
+        let stands = |c: &CachedRoute| {
+            !self.changes.all_stale
+                && Arc::ptr_eq(&c.object, route)
+                && c.ext.as_ref() == ext
+                && !c
+                    .referenced
+                    .iter()
+                    .any(|s| self.changes.services.contains(s))
+        };
+        // A key copy is two count increments (`ObjectKey` shares its strings).
+        match cache.entry(key.clone()) {
+            Entry::Occupied(e) => {
+                let c = e.into_mut();
+                if !stands(c) {
+                    forget_interest(self.interest, c);
+                    *c = self.compile(kind, key, route, ext);
+                } else if self.changes.gateway_side {
+                    c.attached = None;
+                }
+                c
+            }
+            Entry::Vacant(e) => e.insert(self.compile(kind, key, route, ext)),
+        }
+    }
+
+    fn compile(
+        &mut self,
+        kind: &'static str,
+        key: &ObjectKey,
+        route: &Arc<HttpRoute>,
+        ext: Option<&HttpRouteExt>,
+    ) -> CachedRoute {
+        self.redone.compiled += 1;
+        self.resolver.record();
+        let model = super::route::compile(key.clone(), kind, route, ext, self.resolver);
+        let referenced: Box<[ObjectKey]> = self.resolver.recorded().into_iter().collect();
+        for svc in &referenced {
+            *self.interest.entry(svc.clone()).or_default() += 1;
+        }
+        CachedRoute {
+            object: Arc::clone(route),
+            ext: ext.cloned(),
+            model: Arc::new(model),
+            referenced,
+            attached: None,
+        }
+    }
+
+    /// Drops the entries of routes no longer in the Store. The cache holds every
+    /// current route after a pass, so it is larger exactly when some went.
+    fn forget_gone(
+        &mut self,
+        cache: &mut HashMap<ObjectKey, CachedRoute>,
+        current_len: usize,
+        current: impl Fn(&ObjectKey) -> bool,
+    ) {
+        if cache.len() == current_len {
+            return;
+        }
+        let interest = &mut *self.interest;
+        cache.retain(|k, c| {
+            let keep = current(k);
+            if !keep {
+                forget_interest(interest, c);
+            }
+            keep
+        });
+    }
+}
+
+fn forget_interest(interest: &mut BTreeMap<ObjectKey, usize>, c: &CachedRoute) {
+    for svc in &c.referenced {
+        if let Some(n) = interest.get_mut(svc) {
+            *n -= 1;
+            if *n == 0 {
+                interest.remove(svc);
+            }
+        }
     }
 }
 

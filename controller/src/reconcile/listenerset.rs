@@ -139,7 +139,7 @@ fn allowed(
         .and_then(|a| a.namespaces.as_ref());
     let ok = match ns.and_then(|n| n.from.as_ref()) {
         None | Some(GatewayAllowedListenersNamespacesFrom::None) => false,
-        Some(GatewayAllowedListenersNamespacesFrom::Same) => namespace == gw_key.namespace,
+        Some(GatewayAllowedListenersNamespacesFrom::Same) => namespace == &*gw_key.namespace,
         Some(GatewayAllowedListenersNamespacesFrom::All) => true,
         Some(GatewayAllowedListenersNamespacesFrom::Selector) => ns
             .and_then(|n| n.selector.as_ref())

@@ -195,22 +195,24 @@ fn run(
         &routes,
         &mut models,
     );
-    for ((model, _), status) in routes.iter().zip(route_parents) {
-        if !status.parents.is_empty() {
-            let by_kind = if model.kind == "GRPCRoute" {
-                &mut statuses.grpc_routes
-            } else {
-                &mut statuses.http_routes
+    // Routes come in key order, HTTPRoutes first: each map is built from sorted
+    // entries in one pass rather than by an insert per route.
+    let mut reported = routes
+        .iter()
+        .zip(route_parents)
+        .filter(|(_, status)| !status.parents.is_empty())
+        .map(|((model, _), status)| {
+            let entry = ObjectStatus {
+                generation: model.generation,
+                status,
             };
-            by_kind.insert(
-                model.key.clone(),
-                ObjectStatus {
-                    generation: model.generation,
-                    status,
-                },
-            );
-        }
-    }
+            (model.kind == "GRPCRoute", (model.key.clone(), entry))
+        })
+        .peekable();
+    statuses.http_routes = std::iter::from_fn(|| reported.next_if(|(grpc, _)| !grpc))
+        .map(|(_, e)| e)
+        .collect();
+    statuses.grpc_routes = reported.map(|(_, e)| e).collect();
 
     let l4_routes: Vec<_> = store
         .l4_routes
@@ -306,7 +308,7 @@ fn run(
             .chain(objects.dedicated.iter().map(|d| &d.pods.metadata));
         for meta in owned {
             if let (Some(ns), Some(name)) = (&meta.namespace, &meta.name) {
-                endpoint_interest.insert(ObjectKey::new(ns, name));
+                endpoint_interest.insert(ObjectKey::new(ns.as_str(), name.as_str()));
             }
         }
     }

@@ -155,7 +155,7 @@ pub(super) fn plan(
     }
 }
 
-/// A Gateway's own Deployment and pods Service (Phase 3), if it asks for them: with
+/// A dedicated Gateway's own Deployment and pods Service, if it asks for them: with
 /// the key of the Service whose endpoints are its pods, or why it can't have them.
 fn dedicated_objects(
     settings: Option<&DedicatedSettings>,
@@ -306,14 +306,14 @@ pub const MANAGED_BY: &str = "aether-edge";
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServiceSettings {
     pub edge_service: ObjectKey,
-    /// Phase 3: what dedicated Gateways' pods look like; `None` turns the feature off.
+    /// What dedicated Gateways' pods look like; `None` turns the feature off.
     pub dedicated: Option<DedicatedSettings>,
     /// Set on a dedicated Gateway's own pods: serve this Gateway only.
     pub serve_only: Option<ObjectKey>,
 }
 
 impl ServiceSettings {
-    /// Phase 2 as is: no dedicated Gateways, every Gateway served here.
+    /// No dedicated Gateways: every Gateway is served by the shared edge pods.
     pub fn shared(edge_service: ObjectKey) -> Self {
         Self {
             edge_service,
@@ -330,7 +330,7 @@ pub struct GatewayObjects {
     /// The Service's endpoints: the edge pods (or the Gateway's own), at the internal
     /// ports.
     pub slices: Vec<EndpointSlice>,
-    /// Phase 3: the Gateway's own Deployment and the Service selecting its pods.
+    /// A dedicated Gateway's own Deployment and the Service selecting its pods.
     pub dedicated: Option<DedicatedObjects>,
 }
 
@@ -359,15 +359,16 @@ pub fn is_ours(svc: &Service, key: &ObjectKey) -> bool {
     let labels = svc.metadata.labels.as_ref();
     let get = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
     get(LABEL_MANAGED_BY) == Some(MANAGED_BY)
-        && get(LABEL_GATEWAY_NAME) == Some(key.name.as_str())
-        && get(LABEL_GATEWAY_NAMESPACE) == Some(key.namespace.as_str())
+        && get(LABEL_GATEWAY_NAME) == Some(&*key.name)
+        && get(LABEL_GATEWAY_NAMESPACE) == Some(&*key.namespace)
 }
 
 /// The Service in the Gateway's namespace with our name, if any, and whether it's ours.
 pub fn existing<'s>(store: &'s Store, key: &ObjectKey) -> Option<(&'s Service, bool)> {
-    let svc = store
-        .services
-        .get(&ObjectKey::new(&key.namespace, service_name(&key.name)))?;
+    let svc = store.services.get(&ObjectKey::new(
+        std::sync::Arc::clone(&key.namespace),
+        service_name(&key.name),
+    ))?;
     Some((svc, is_ours(svc, key)))
 }
 
@@ -410,7 +411,7 @@ pub fn owner(key: &ObjectKey, gw: &Gateway) -> Option<OwnerReference> {
     Some(OwnerReference {
         api_version: "gateway.networking.k8s.io/v1".to_owned(),
         kind: "Gateway".to_owned(),
-        name: key.name.clone(),
+        name: key.name.to_string(),
         uid: gw.metadata.uid.clone()?,
         controller: Some(true),
         block_owner_deletion: None,
@@ -435,8 +436,11 @@ pub fn desired(
         .unwrap_or_default()
         .into_iter()
         .collect();
-    labels.insert(LABEL_GATEWAY_NAME.to_owned(), key.name.clone());
-    labels.insert(LABEL_GATEWAY_NAMESPACE.to_owned(), key.namespace.clone());
+    labels.insert(LABEL_GATEWAY_NAME.to_owned(), key.name.to_string());
+    labels.insert(
+        LABEL_GATEWAY_NAMESPACE.to_owned(),
+        key.namespace.to_string(),
+    );
     labels.insert(LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned());
     let annotations: BTreeMap<String, String> = infra
         .and_then(|i| i.annotations.clone())
@@ -462,7 +466,7 @@ pub fn desired(
     Service {
         metadata: ObjectMeta {
             name: Some(service_name(&key.name)),
-            namespace: Some(key.namespace.clone()),
+            namespace: Some(key.namespace.to_string()),
             labels: Some(labels),
             annotations: (!annotations.is_empty()).then_some(annotations),
             owner_references: owner(key, gw).map(|o| vec![o]),

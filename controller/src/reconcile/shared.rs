@@ -1,5 +1,5 @@
-//! Kubernetes mode without per-Gateway addressing (seed 000's Phase 1, kept as a
-//! setting): every Gateway is served on the edge's own Service, each listener on its
+//! Kubernetes mode without per-Gateway addressing (`--per-gateway-addressing=false`):
+//! every Gateway is served on the edge's own Service, each listener on its
 //! own port of every edge pod. Gateways then share sockets, told apart by hostname
 //! (and SNI), so two Gateways may not claim the same (port, hostname) or speak two
 //! protocols on one port: the older Gateway keeps it, the newer one's listener is

@@ -1,6 +1,6 @@
 //! Translation of the validated model into the proxy's Snapshot.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -11,6 +11,7 @@ use aether_proxy::routing::{RouteEntry, RouteOrder, RouteTable, RuleAction, Virt
 use aether_proxy::telemetry::RouteStats;
 use aether_proxy::tls::TlsCerts;
 use aether_proxy::{Listener, Snapshot};
+use foldhash::{HashMap, HashMapExt};
 use gateway_api::httproutes::HttpRoute;
 
 use super::gateway::GatewayModel;
@@ -20,8 +21,13 @@ use crate::store::ObjectKey;
 /// What translation keeps from one Snapshot to the next: a rebuilt Snapshot shares the
 /// rule actions of every route whose model is unchanged and the virtual host of every
 /// hostname whose routes are unchanged. An empty memo builds everything.
+///
+/// Entries are updated where they stand and marked with the run that used them; only a
+/// run that used fewer entries than a map holds sweeps it. A route or hostname that
+/// stays costs one lookup per run.
 #[derive(Default)]
 pub struct TranslateMemo {
+    run: u64,
     /// Per Gateway, per route: the actions built for the route model held.
     actions: HashMap<ObjectKey, RouteActions>,
     /// Per socket, per hostname (`""` for any host): the virtual host and the actions
@@ -29,12 +35,25 @@ pub struct TranslateMemo {
     vhosts: HashMap<SocketAddr, HostTables>,
 }
 
-/// Per route of one Gateway, the model its actions were built for, and the actions.
-type RouteActions = HashMap<ObjectKey, (Arc<RouteModel>, Arc<Actions>)>;
-/// Per hostname of one socket, the actions its virtual host was built from, and it.
-type HostTables = HashMap<Box<str>, (Vec<Arc<Actions>>, Arc<VirtualHost>)>;
+/// Per route of one Gateway, the actions built for its model.
+type RouteActions = HashMap<ObjectKey, Built>;
+/// Per hostname of one socket, its virtual host.
+type HostTables = HashMap<Box<str>, Host>;
 /// A route attached for a hostname, with its actions there.
 type Contribution = (Arc<RouteModel>, Arc<Actions>);
+
+struct Built {
+    model: Arc<RouteModel>,
+    actions: Arc<Actions>,
+    used: u64,
+}
+
+struct Host {
+    /// The actions the virtual host was built from, in order.
+    from: Vec<Arc<Actions>>,
+    vhost: Arc<VirtualHost>,
+    used: u64,
+}
 
 /// One route's rule actions on one Gateway.
 pub struct Actions {
@@ -49,8 +68,9 @@ impl TranslateMemo {
         routes: &[(Arc<RouteModel>, &HttpRoute)],
         internal_ports: Option<&BTreeMap<ObjectKey, BTreeMap<u16, u16>>>,
     ) -> Snapshot {
+        self.run += 1;
+        let run = self.run;
         let mut snapshot = Snapshot::default();
-        let mut old_actions = std::mem::take(&mut self.actions);
         // Keyed by socket, not by Gateway: with a shared address (Kubernetes mode without
         // per-Gateway addressing) listeners of several Gateways on one port share a socket
         // and one table, told apart by hostname like listeners of one Gateway. Otherwise
@@ -59,8 +79,8 @@ impl TranslateMemo {
         for model in gateways.values() {
             let Ok(ip) = model.address else { continue };
             let gateway: Arc<str> = model.key.to_string().into();
-            let mut old = old_actions.remove(&model.key).unwrap_or_default();
-            let mut actions = RouteActions::new();
+            let actions = self.actions.entry(model.key.clone()).or_default();
+            let mut used = 0;
             for listener in model.listeners.iter().filter(|l| l.usable() && !l.is_l4()) {
                 let Some(port) = listener.port() else {
                     continue;
@@ -88,56 +108,68 @@ impl TranslateMemo {
                     let Some((route, _)) = routes.get(att.route) else {
                         continue;
                     };
-                    let acts = match actions.get(&route.key) {
-                        Some((_, acts)) => Arc::clone(acts),
-                        None => {
-                            // Moved with its key from the last run's map when it stands.
-                            let (key, acts) = match old.remove_entry(&route.key) {
-                                Some((key, (built_for, acts)))
-                                    if Arc::ptr_eq(&built_for, route) =>
-                                {
-                                    (key, acts)
-                                }
-                                _ => (route.key.clone(), Arc::new(rule_actions(&gateway, route))),
-                            };
-                            actions.insert(key, (Arc::clone(route), Arc::clone(&acts)));
-                            acts
-                        }
-                    };
+                    // Runs count from 1, so a fresh entry reads as not yet used.
+                    let built = actions.entry(route.key.clone()).or_insert_with(|| Built {
+                        model: Arc::clone(route),
+                        actions: Arc::new(rule_actions(&gateway, route)),
+                        used: 0,
+                    });
+                    if !Arc::ptr_eq(&built.model, route) {
+                        built.model = Arc::clone(route);
+                        built.actions = Arc::new(rule_actions(&gateway, route));
+                    }
+                    if built.used != run {
+                        built.used = run;
+                        used += 1;
+                    }
                     for host in att.hostnames.iter() {
                         plan.hosts
                             .entry(host.as_deref().unwrap_or(""))
                             .or_default()
-                            .push((Arc::clone(route), Arc::clone(&acts)));
+                            .push((Arc::clone(route), Arc::clone(&built.actions)));
                     }
                 }
             }
-            self.actions.insert(model.key.clone(), actions);
+            sweep(actions, used, |b| b.used == run);
         }
-        let mut old_vhosts = std::mem::take(&mut self.vhosts);
+        self.actions.retain(|k, _| gateways.contains_key(k));
         for (addr, plan) in sockets {
-            let mut old = old_vhosts.remove(&addr).unwrap_or_default();
-            let mut kept = HostTables::with_capacity(plan.hosts.len());
-            for (host, contributions) in plan.hosts {
-                let built_from: Vec<Arc<Actions>> =
-                    contributions.iter().map(|(_, a)| Arc::clone(a)).collect();
-                let (key, vhost) = match old.remove_entry(host) {
-                    Some((key, (from, vhost)))
-                        if from.len() == built_from.len()
-                            && from.iter().zip(&built_from).all(|(a, b)| Arc::ptr_eq(a, b)) =>
-                    {
-                        (key, vhost)
-                    }
-                    Some((key, _)) => (key, Arc::new(virtual_host(&contributions))),
-                    None => (host.into(), Arc::new(virtual_host(&contributions))),
+            let tables = self.vhosts.entry(addr).or_default();
+            let mut used = 0;
+            for (host, contributions) in &plan.hosts {
+                used += 1;
+                let same = |h: &Host| {
+                    h.from.len() == contributions.len()
+                        && h.from
+                            .iter()
+                            .zip(contributions)
+                            .all(|(a, (_, b))| Arc::ptr_eq(a, b))
                 };
-                kept.insert(key, (built_from, vhost));
+                match tables.get_mut(*host) {
+                    Some(h) if same(h) => h.used = run,
+                    Some(h) => {
+                        h.from.clear();
+                        h.from
+                            .extend(contributions.iter().map(|(_, a)| Arc::clone(a)));
+                        h.vhost = Arc::new(virtual_host(contributions));
+                        h.used = run;
+                    }
+                    None => {
+                        let h = Host {
+                            from: contributions.iter().map(|(_, a)| Arc::clone(a)).collect(),
+                            vhost: Arc::new(virtual_host(contributions)),
+                            used: run,
+                        };
+                        tables.insert((*host).into(), h);
+                    }
+                }
             }
+            sweep(tables, used, |h| h.used == run);
             let table = RouteTable::from_hosts(
-                kept.iter()
-                    .map(|(h, (_, v))| ((!h.is_empty()).then_some(&**h), Arc::clone(v))),
+                tables
+                    .iter()
+                    .map(|(h, e)| ((!h.is_empty()).then_some(&**h), Arc::clone(&e.vhost))),
             );
-            self.vhosts.insert(addr, kept);
             let mut listener =
                 Listener::new(addr, plan.gateway, plan.sections, table).with_public_port(plan.port);
             if let Some(certs) = plan.tls {
@@ -148,7 +180,21 @@ impl TranslateMemo {
             }
             snapshot.listeners.insert(addr, Arc::new(listener));
         }
+        self.vhosts
+            .retain(|addr, _| snapshot.listeners.contains_key(addr));
         snapshot
+    }
+}
+
+/// Drops the entries this run did not use; `used` of them were, so a map of that size
+/// needs no sweep.
+fn sweep<V>(
+    map: &mut HashMap<impl Eq + std::hash::Hash, V>,
+    used: usize,
+    kept: impl Fn(&V) -> bool,
+) {
+    if map.len() > used {
+        map.retain(|_, v| kept(v));
     }
 }
 

@@ -41,7 +41,7 @@ pub type Body = Either<Incoming, Full<Bytes>>;
 /// An answer's body: the upstream's stream, or one the proxy made.
 pub type ResponseBody = Either<UpstreamBody, Full<Bytes>>;
 
-/// Served on every HTTP listener before routing (seed 003), for load balancer probes.
+/// Served on every HTTP listener before routing, for load balancer probes.
 pub const READYZ_PATH: &str = "/aether/readyz";
 
 /// What a connection knows about itself, computed once at accept (and handshake).

@@ -3,7 +3,7 @@
 //! certificate, the trust bundle as roots, ALPN h2), and the peer must present the
 //! SPIFFE ID of the destination pod's service account.
 //!
-//! The upstream contract (README, "Mesh mode"): one HTTP/2 request per downstream
+//! The upstream contract (docs/mesh.md): one HTTP/2 request per downstream
 //! request, `:authority` = the client's Host, and `x-envoy-original-dst-host:
 //! <pod_ip>:<target port>` naming the port the request is for, which an Envoy inbound
 //! listener routes on with an ORIGINAL_DST cluster (`use_http_header`).

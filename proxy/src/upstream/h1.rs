@@ -12,8 +12,8 @@
 //! held only for a push or a pop (never across an await). Last in, first out: the
 //! warmest socket is reused and the coldest age out at the bottom. Not thread-local:
 //! tokio's work-stealing runtime moves tasks between workers, so a per-thread pool
-//! would strand connections on a worker the load moved off; per-worker pools come
-//! with one runtime per worker (issue #19, item 2).
+//! would strand connections on a worker the load moved off; per-worker pools belong
+//! with one runtime per worker.
 
 use std::collections::HashMap;
 use std::future::{Future, poll_fn};

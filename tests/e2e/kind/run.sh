@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# End-to-end check on a kind cluster: seed 000's verification list, then the Gateway
+# End-to-end check on a kind cluster: two teams' Gateways on their own addresses, a
+# rolling restart without failed requests, a dedicated Gateway, then the Gateway
 # API conformance suite against the "aether" class.
 #
 # Needs: docker, kind, kubectl, helm, go (for conformance), curl, on a Linux host
@@ -174,7 +175,7 @@ done
 echo "failed requests during the rollout: $failures"
 (( failures == 0 )) || fail "$failures requests failed during a rolling restart"
 
-log "dedicated Gateway (Phase 3): team-b gets pods of its own"
+log "dedicated Gateway: team-b gets pods of its own"
 kubectl -n team-b annotate gateway edge aether.io/dedicated=true aether.io/dedicated-replicas=1 --overwrite
 for _ in $(seq 1 60); do
   kubectl -n aether-system get deployment aether-team-b-edge >/dev/null 2>&1 && break
