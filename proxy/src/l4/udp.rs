@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{L4Stats, UDP_DROPPED_TOTAL, UDP_FLOWS_ACTIVE};
 use crate::backend::Pick;
-use crate::http::ProxyState;
+use crate::state::ProxyState;
 
 /// The largest UDP payload.
 const MAX_DATAGRAM: usize = 65_535;
