@@ -130,6 +130,9 @@ async fn answer(
         }
         return Ok(resp);
     }
+    // Read what the client sent before answering, like the failure path: answering and
+    // closing with request bytes unread would reset the connection under the answer.
+    drain(req.body_mut()).await;
     let delay = req
         .headers()
         .get("x-echo-delay-ms")
@@ -194,13 +197,13 @@ async fn answer(
     Ok(resp)
 }
 
-/// The most of a request body a simulated failure reads before answering.
+/// The most of a request body the echo reads before answering.
 const DRAIN_LIMIT: usize = 8 << 20;
 
-/// Reads the request body (up to [`DRAIN_LIMIT`]) before an early answer. A server that
+/// Reads the request body (up to [`DRAIN_LIMIT`]) before answering. A server that
 /// answers and closes with request bytes unread makes the kernel send a reset, which
 /// can discard the answer before the proxy reads it: the proxy would then see a reset
-/// where the simulation meant a status (real servers linger on close for this).
+/// where a status was meant (real servers linger on close for this).
 async fn drain(body: &mut Incoming) {
     let mut read = 0;
     while read < DRAIN_LIMIT {
