@@ -80,8 +80,8 @@ impl Publisher {
         self.generation += 1;
         let mut snapshot = outcome.snapshot;
         snapshot.generation = self.generation;
-        counter!("aether_config_reloads_total", "result" => if errors.is_empty() { "ok" } else { "partial" }).increment(1);
-        gauge!("aether_config_generation").set(self.generation as f64);
+        counter!(aether_proxy::telemetry::CONFIG_RELOADS_TOTAL, "result" => if errors.is_empty() { "ok" } else { "partial" }).increment(1);
+        gauge!(aether_proxy::telemetry::CONFIG_GENERATION).set(self.generation as f64);
         self.current = Some(Published {
             snapshot: Arc::new(snapshot),
             statuses: outcome.statuses,

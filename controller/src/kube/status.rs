@@ -285,7 +285,7 @@ impl StatusWriter {
                 Err(kube::Error::Api(s)) if s.code == 409 => "conflict",
                 Err(_) => "error",
             };
-            counter!("aether_status_writes_total", "kind" => w.kind, "result" => outcome)
+            counter!(aether_proxy::telemetry::STATUS_WRITES_TOTAL, "kind" => w.kind, "result" => outcome)
                 .increment(1);
             match result {
                 Ok(new_rv) => {

@@ -1,0 +1,220 @@
+//! `/metrics` as a scraper reads it, after traffic (a routed 200, a 404, a 502): every
+//! metric family has `# HELP` and `# TYPE`, and Prometheus' own linter, `promtool check
+//! metrics` (Debian's `prometheus` package, `tests/promtool/install.sh`), finds nothing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use http::StatusCode;
+
+use crate::common::*;
+
+/// Starts an edge on network `k`, sends a request a route answers (200), one no route
+/// matches (404) and one whose backend closes every connection without answering (502),
+/// and returns `/metrics` once the three are counted.
+async fn scrape_after_traffic(env: &TestEnv) -> Result<String, BoxError> {
+    let net = env.net;
+    let gw = net.gw();
+    env.write_manifest("infra.yaml", &standard_infra(net))?;
+    let mut routes = route(
+        "default",
+        "ok",
+        "edge",
+        &["ok.example.com"],
+        &[("PathPrefix", "/", "svc-a")],
+    );
+    // svc-b's endpoint (echo "b"'s address) accepts and closes without an answer.
+    routes.push_str(&route(
+        "default",
+        "down",
+        "edge",
+        &["down.example.com"],
+        &[("PathPrefix", "/", "svc-b")],
+    ));
+    env.write_manifest("routes.yaml", &routes)?;
+    let _echo = env.spawn_echo(net.echo_a(), "a").await?;
+    let mute = tokio::net::TcpListener::bind(net.echo_b()).await?;
+    let mute = tokio::spawn(async move {
+        while let Ok((conn, _)) = mute.accept().await {
+            drop(conn);
+        }
+    });
+    let edge = env.spawn_edge("edge").await?;
+    env.wait_listener(gw).await?;
+
+    for (host, want) in [
+        ("ok.example.com", StatusCode::OK),
+        ("nothing.example.com", StatusCode::NOT_FOUND),
+        ("down.example.com", StatusCode::BAD_GATEWAY),
+    ] {
+        let r = env.h1(gw, host, "/lint").await?;
+        ensure!(
+            r.status == want,
+            "{host} answered {}, want {want}",
+            r.status
+        );
+    }
+    let text = eventually(
+        "the 2xx, 4xx and 5xx are counted",
+        EVENTUALLY,
+        || async move {
+            let text = metrics_text(net).await?;
+            for code in ["2xx", "4xx", "5xx"] {
+                ensure!(
+                    text.lines().any(|l| l.starts_with("aether_requests_total{")
+                        && l.contains(&format!("code=\"{code}\""))),
+                    "no aether_requests_total{{code=\"{code}\"}} yet"
+                );
+            }
+            Ok(text)
+        },
+    )
+    .await?;
+    drop(edge);
+    mute.abort();
+    Ok(text)
+}
+
+/// The families in Prometheus text: name -> (has HELP, TYPE), and the names of samples.
+fn families(text: &str) -> (BTreeMap<String, (bool, Option<String>)>, BTreeSet<String>) {
+    let mut fams: BTreeMap<String, (bool, Option<String>)> = BTreeMap::new();
+    let mut samples = BTreeSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let name = rest.split_whitespace().next().unwrap_or_default();
+            fams.entry(name.to_owned()).or_default().0 = true;
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut it = rest.split_whitespace();
+            let name = it.next().unwrap_or_default();
+            fams.entry(name.to_owned()).or_default().1 = it.next().map(str::to_owned);
+        } else if !line.starts_with('#') && !line.trim().is_empty() {
+            let end = line.find(['{', ' ']).unwrap_or(line.len());
+            samples.insert(line[..end].to_owned());
+        }
+    }
+    (fams, samples)
+}
+
+/// The family a sample belongs to: itself, or a histogram's or summary's base name.
+fn family_of<'a>(
+    sample: &'a str,
+    fams: &BTreeMap<String, (bool, Option<String>)>,
+) -> Option<&'a str> {
+    if fams.contains_key(sample) {
+        return Some(sample);
+    }
+    ["_bucket", "_sum", "_count"].iter().find_map(|suffix| {
+        let base = sample.strip_suffix(suffix)?;
+        let kind = fams.get(base)?.1.as_deref()?;
+        matches!(kind, "histogram" | "summary").then_some(base)
+    })
+}
+
+/// Problems with `text`: a sample whose family has no `# HELP` or no `# TYPE`.
+pub fn missing_help_or_type(text: &str) -> Vec<String> {
+    let (fams, samples) = families(text);
+    let mut problems = Vec::new();
+    for s in &samples {
+        match family_of(s, &fams).and_then(|f| fams.get(f).map(|v| (f, v))) {
+            None => problems.push(format!("{s}: no # TYPE (nor # HELP)")),
+            Some((f, (help, kind))) => {
+                if !help {
+                    problems.push(format!("{f}: no # HELP"));
+                }
+                if kind.is_none() {
+                    problems.push(format!("{f}: no # TYPE"));
+                }
+            }
+        }
+    }
+    problems.sort();
+    problems.dedup();
+    problems
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_metric_has_help_and_type() -> TestResult {
+    let env = TestEnv::new(36)?;
+    let text = scrape_after_traffic(&env).await?;
+    let problems = missing_help_or_type(&text);
+    ensure!(
+        problems.is_empty(),
+        "/metrics families without HELP or TYPE:\n{}\n--- /metrics:\n{text}",
+        problems.join("\n")
+    );
+    env.pass()
+}
+
+/// promtool's path; None (with the reason printed) when it is missing and cannot be
+/// installed, unless CI's AETHER_REQUIRE_K8S=1 (the test tools are required there).
+fn promtool() -> Result<Option<PathBuf>, BoxError> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/promtool/install.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .stderr(Stdio::inherit())
+        .output()?;
+    match out.status.code() {
+        Some(0) => Ok(Some(PathBuf::from(String::from_utf8(out.stdout)?.trim()))),
+        Some(3) if std::env::var("AETHER_REQUIRE_K8S").is_ok_and(|v| v == "1") => Err(err(
+            "promtool is missing and cannot be installed, and AETHER_REQUIRE_K8S=1",
+        )),
+        Some(3) => {
+            eprintln!(
+                "SKIPPED: promtool is missing (Debian's prometheus package; tests/promtool/install.sh installs it as root)"
+            );
+            Ok(None)
+        }
+        _ => Err(err(format!(
+            "tests/promtool/install.sh failed: {}",
+            out.status
+        ))),
+    }
+}
+
+/// Runs `promtool check metrics` on `text`: its exit status and everything it printed.
+pub fn promtool_check(promtool: &Path, text: &str) -> Result<(bool, String), BoxError> {
+    let mut child = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .ok_or_else(|| err("promtool has no stdin"))?
+        .write_all(text.as_bytes())?;
+    let out = child.wait_with_output()?;
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok((out.status.success(), said))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn promtool_check_metrics_passes() -> TestResult {
+    let Some(promtool) = promtool()? else {
+        return Ok(());
+    };
+    let env = TestEnv::new(37)?;
+    let text = scrape_after_traffic(&env).await?;
+    let (ok, said) = promtool_check(&promtool, &text)?;
+    ensure!(
+        ok && said.trim().is_empty(),
+        "promtool check metrics (exit ok: {ok}) says:\n{said}\n--- /metrics:\n{text}"
+    );
+    // The check is not vacuous: promtool does flag a family without HELP.
+    let (ok, said) = promtool_check(
+        &promtool,
+        "# TYPE aether_lint_probe_total counter\naether_lint_probe_total 1\n",
+    )?;
+    ensure!(
+        !ok && said.contains("no help text"),
+        "promtool accepted a counter without HELP (exit ok: {ok}): {said}"
+    );
+    env.pass()
+}
