@@ -77,9 +77,12 @@ async fn scrape_after_traffic(env: &TestEnv) -> Result<String, BoxError> {
     Ok(text)
 }
 
-/// The families in Prometheus text: name -> (has HELP, TYPE), and the names of samples.
-fn families(text: &str) -> (BTreeMap<String, (bool, Option<String>)>, BTreeSet<String>) {
-    let mut fams: BTreeMap<String, (bool, Option<String>)> = BTreeMap::new();
+/// Metric families by name: (has a `# HELP`, its `# TYPE`).
+type Families = BTreeMap<String, (bool, Option<String>)>;
+
+/// The families in Prometheus text, and the names of its samples.
+fn families(text: &str) -> (Families, BTreeSet<String>) {
+    let mut fams = Families::new();
     let mut samples = BTreeSet::new();
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# HELP ") {
@@ -98,10 +101,7 @@ fn families(text: &str) -> (BTreeMap<String, (bool, Option<String>)>, BTreeSet<S
 }
 
 /// The family a sample belongs to: itself, or a histogram's or summary's base name.
-fn family_of<'a>(
-    sample: &'a str,
-    fams: &BTreeMap<String, (bool, Option<String>)>,
-) -> Option<&'a str> {
+fn family_of<'a>(sample: &'a str, fams: &Families) -> Option<&'a str> {
     if fams.contains_key(sample) {
         return Some(sample);
     }
@@ -144,8 +144,35 @@ async fn every_metric_has_help_and_type() -> TestResult {
         "/metrics families without HELP or TYPE:\n{}\n--- /metrics:\n{text}",
         problems.join("\n")
     );
+    let version = env!("CARGO_PKG_VERSION");
+    ensure!(
+        text.lines().any(|l| l.starts_with("aether_build_info{")
+            && l.contains(&format!("version=\"{version}\""))
+            && l.ends_with(" 1")),
+        "no aether_build_info{{version=\"{version}\"}} 1:\n{text}"
+    );
+    for name in PROCESS_METRICS {
+        let value = text
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|v| v.trim().parse::<f64>().ok());
+        ensure!(
+            value.is_some_and(|v| v > 0.0 || name == "process_cpu_seconds_total"),
+            "{name} is {value:?}:\n{text}"
+        );
+    }
     env.pass()
 }
+
+/// The standard process metrics (as the Prometheus client libraries name them).
+const PROCESS_METRICS: [&str; 6] = [
+    "process_cpu_seconds_total",
+    "process_resident_memory_bytes",
+    "process_virtual_memory_bytes",
+    "process_open_fds",
+    "process_max_fds",
+    "process_start_time_seconds",
+];
 
 /// promtool's path; None (with the reason printed) when it is missing and cannot be
 /// installed, unless CI's AETHER_REQUIRE_K8S=1 (the test tools are required there).
