@@ -121,13 +121,13 @@ pub const DESCRIPTIONS: &[Description] = &[
         DOWNSTREAM_CONNECTIONS_ACTIVE,
         G,
         COUNT,
-        "Client connections open now, by listener.",
+        "Client connections open now, by Gateway and listener names.",
     ),
     d(
         DOWNSTREAM_CONNECTIONS_TOTAL,
         C,
         COUNT,
-        "Client connections accepted, by listener.",
+        "Client connections accepted, by Gateway and listener names.",
     ),
     d(
         LISTENER_BIND_ERRORS_TOTAL,
@@ -259,7 +259,7 @@ pub const DESCRIPTIONS: &[Description] = &[
         UDP_FLOWS_ACTIVE,
         G,
         COUNT,
-        "UDP flows open now, by listener.",
+        "UDP flows open now, by Gateway and listener names.",
     ),
     d(
         UDP_DROPPED_TOTAL,
@@ -400,12 +400,51 @@ pub fn unrouted(gateway: &str) -> RouteStats {
     RouteStats::new(gateway, "none")
 }
 
-pub fn active_connections(listener: &str) -> Gauge {
-    gauge!(DOWNSTREAM_CONNECTIONS_ACTIVE, "listener" => listener.to_owned())
+/// The `listener` label of a socket: the names of the Gateway listeners it serves,
+/// joined by "," when several share the address and port (they then share one socket,
+/// so their connections cannot be told apart), or "none" for a socket no longer in the
+/// Snapshot.
+pub fn listener_label(sections: &[Arc<str>]) -> String {
+    if sections.is_empty() {
+        return "none".to_owned();
+    }
+    sections.iter().map(|s| &**s).collect::<Vec<_>>().join(",")
 }
 
-pub fn connections_total(listener: &str) -> Counter {
-    counter!(DOWNSTREAM_CONNECTIONS_TOTAL, "listener" => listener.to_owned())
+/// A TCP socket's connection metrics, labelled by Gateway (`namespace/name`) and
+/// listener names: the socket address says nothing to whoever reads a dashboard.
+/// Rebuilt when a reload changes what the socket serves; a connection keeps the
+/// handle it was accepted with, so its gauge goes down where it went up.
+pub struct ListenerStats {
+    gateway: Arc<str>,
+    sections: Vec<Arc<str>>,
+    pub accepted: Counter,
+    pub active: Gauge,
+}
+
+impl ListenerStats {
+    pub fn new(gateway: &str, sections: &[Arc<str>]) -> Self {
+        let labels = [
+            ("gateway", gateway.to_string()),
+            ("listener", listener_label(sections)),
+        ];
+        Self {
+            gateway: gateway.into(),
+            sections: sections.to_vec(),
+            accepted: counter!(DOWNSTREAM_CONNECTIONS_TOTAL, &labels),
+            active: gauge!(DOWNSTREAM_CONNECTIONS_ACTIVE, &labels),
+        }
+    }
+
+    /// Are these the handles of `gateway`'s listeners `sections`?
+    pub fn serves(&self, gateway: &str, sections: &[Arc<str>]) -> bool {
+        *self.gateway == *gateway && self.sections == sections
+    }
+}
+
+/// `aether_udp_flows_active` of a UDP socket, labelled like `ListenerStats`.
+pub fn udp_flows_active(gateway: &str, sections: &[Arc<str>]) -> Gauge {
+    gauge!(UDP_FLOWS_ACTIVE, "gateway" => gateway.to_owned(), "listener" => listener_label(sections))
 }
 
 pub fn upstream_connect_errors(backend: &str) -> Counter {

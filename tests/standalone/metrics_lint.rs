@@ -144,6 +144,23 @@ async fn every_metric_has_help_and_type() -> TestResult {
         "/metrics families without HELP or TYPE:\n{}\n--- /metrics:\n{text}",
         problems.join("\n")
     );
+    // Listeners are labelled by Gateway and listener name, not by socket address.
+    let connections = text
+        .lines()
+        .filter(|l| l.starts_with("aether_downstream_connections_"))
+        .collect::<Vec<_>>();
+    ensure!(
+        connections.iter().any(|l| l.starts_with(
+            "aether_downstream_connections_total{gateway=\"default/edge\",listener=\"http\"}"
+        )),
+        "no aether_downstream_connections_total{{gateway=\"default/edge\",listener=\"http\"}}: {connections:?}"
+    );
+    ensure!(
+        !connections
+            .iter()
+            .any(|l| l.contains(&env.net.gw().to_string())),
+        "a connection metric is labelled by socket address: {connections:?}"
+    );
     let version = env!("CARGO_PKG_VERSION");
     ensure!(
         text.lines().any(|l| l.starts_with("aether_build_info{")
