@@ -262,3 +262,108 @@ async fn promtool_check_metrics_passes() -> TestResult {
     );
     env.pass()
 }
+
+/// A Gateway `edge` on the test's address whose HTTP listeners `(name, hostname)` all
+/// share port LISTENER_PORT.
+fn edge_gateway(net: Net, listeners: &[(&str, Option<&str>)]) -> String {
+    let mut s = gateway_class("aether", CONTROLLER);
+    s.push_str(&format!(
+        "---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata:
+  name: edge
+  namespace: default
+spec:
+  gatewayClassName: aether
+  addresses: [{{type: IPAddress, value: {}}}]
+  listeners:
+",
+        net.ip_str(5)
+    ));
+    for (name, hostname) in listeners {
+        s.push_str(&format!(
+            "  - {{name: {name}, port: {LISTENER_PORT}, protocol: HTTP{}}}\n",
+            hostname
+                .map(|h| format!(", hostname: {h}"))
+                .unwrap_or_default()
+        ));
+    }
+    s.push_str(&backend("default", "svc-a", net.echo_a(), true));
+    s
+}
+
+/// The `listener` labels of `aether_downstream_connections_total` series of Gateway
+/// default/edge that counted at least one connection.
+fn connection_listeners(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(
+                "aether_downstream_connections_total{gateway=\"default/edge\",listener=\"",
+            )?;
+            let (listener, value) = rest.split_once("\"} ")?;
+            (value.trim().parse::<f64>().ok()? >= 1.0).then(|| listener.to_owned())
+        })
+        .collect()
+}
+
+/// A reload that folds a second listener into a bound socket relabels the connections
+/// accepted after it; the socket (and its earlier series) stays.
+#[tokio::test(flavor = "multi_thread")]
+async fn listener_labels_follow_a_reload() -> TestResult {
+    let env = TestEnv::new(38)?;
+    let net = env.net;
+    let gw = net.gw();
+    env.write_manifest("infra.yaml", &edge_gateway(net, &[("http", None)]))?;
+    env.write_manifest(
+        "routes.yaml",
+        &route(
+            "default",
+            "web",
+            "edge",
+            &[],
+            &[("PathPrefix", "/", "svc-a")],
+        ),
+    )?;
+    let _echo = env.spawn_echo(net.echo_a(), "a").await?;
+    let _edge = env.spawn_edge("edge").await?;
+    env.wait_listener(gw).await?;
+    let r = env.h1(gw, "any.example.com", "/one").await?;
+    ensure!(
+        r.status == StatusCode::OK,
+        "first request answered {}",
+        r.status
+    );
+    let text = metrics_text(net).await?;
+    ensure!(
+        connection_listeners(&text) == ["http"],
+        "before the reload: {:?}",
+        connection_listeners(&text)
+    );
+
+    env.write_manifest(
+        "infra.yaml",
+        &edge_gateway(net, &[("http", None), ("extra", Some("extra.example.com"))]),
+    )?;
+    eventually(
+        "the second listener is folded into the socket",
+        EVENTUALLY,
+        || async move {
+            let r = h1_get_from(net.client_ip(), net.gw(), "extra.example.com", "/two").await?;
+            ensure!(r.status == StatusCode::OK, "request answered {}", r.status);
+            let text = metrics_text(net).await?;
+            let listeners = connection_listeners(&text);
+            ensure!(
+                listeners.iter().any(|l| {
+                    let mut names: Vec<&str> = l.split(',').collect();
+                    names.sort_unstable();
+                    names == ["extra", "http"]
+                }),
+                "no series for both listeners yet: {listeners:?}"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    env.pass()
+}
