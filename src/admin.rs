@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use aether_controller::Statuses;
 use aether_controller::manifest::ManifestError;
-use aether_proxy::http::ProxyState;
+use aether_proxy::state::ProxyState;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode, header};

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aether_controller::{Reconciler, Settings};
-use aether_proxy::http::{ProxyState, UpstreamSettings};
+use aether_proxy::state::ProxyState;
+use aether_proxy::upstream::UpstreamSettings;
 use aether_proxy::{ListenerManager, overload};
 use anyhow::Context;
 use arc_swap::ArcSwap;

@@ -81,6 +81,12 @@ impl Publisher {
         let mut snapshot = outcome.snapshot;
         snapshot.generation = self.generation;
         counter!(aether_proxy::telemetry::CONFIG_RELOADS_TOTAL, "result" => if errors.is_empty() { "ok" } else { "partial" }).increment(1);
+        // What the change cost: a full reconcile compiles every route, a change only
+        // the routes it touched (or that name a Service whose endpoints changed).
+        counter!(aether_proxy::telemetry::RECONCILE_ROUTES_COMPILED_TOTAL)
+            .increment(outcome.redone.compiled as u64);
+        counter!(aether_proxy::telemetry::RECONCILE_ROUTES_ATTACHED_TOTAL)
+            .increment(outcome.redone.attached as u64);
         gauge!(aether_proxy::telemetry::CONFIG_GENERATION).set(self.generation as f64);
         self.current = Some(Published {
             snapshot: Arc::new(snapshot),

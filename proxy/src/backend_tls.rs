@@ -78,9 +78,9 @@ pub struct BackendTls {
     #[serde(skip)]
     pub(crate) config: Option<Arc<ClientConfig>>,
     #[serde(skip)]
-    pub(crate) http1: OnceLock<crate::http::TlsHttp1Client>,
+    pub(crate) http1: OnceLock<crate::upstream::H1Pool>,
     #[serde(skip)]
-    pub(crate) h2: OnceLock<crate::http::H2Pool>,
+    pub(crate) h2: OnceLock<crate::upstream::H2Pool>,
 }
 
 impl BackendTls {

@@ -20,7 +20,7 @@ use rustls_pki_types::pem::PemObject;
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
-use crate::http::ProxyState;
+use crate::state::ProxyState;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientAuthError {

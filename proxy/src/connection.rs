@@ -19,8 +19,9 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::http::{ConnInfo, ProxyState, handle};
+use crate::http::{ConnInfo, handle};
 use crate::limits::Slot;
+use crate::state::ProxyState;
 use crate::telemetry;
 
 /// A client that has not finished its TLS handshake by then is dropped.

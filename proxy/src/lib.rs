@@ -22,8 +22,10 @@ pub mod overload;
 pub mod retry;
 pub mod routing;
 pub mod snapshot;
+pub mod state;
 pub mod telemetry;
 pub mod tls;
+pub mod upstream;
 
 pub use limits::Limits;
 pub use listener::{BindFailure, ListenerManager};

@@ -15,9 +15,9 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::connection::Connections;
-use crate::http::ProxyState;
 use crate::limits::{ConnectionSlots, Limits, Refusal};
 use crate::snapshot::Snapshot;
+use crate::state::ProxyState;
 use crate::{telemetry, tls};
 
 /// A socket the Snapshot wants but that could not be bound.

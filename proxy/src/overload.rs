@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::http::ProxyState;
+use crate::state::ProxyState;
 
 /// How often resident memory is sampled.
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);

@@ -1,15 +1,16 @@
 //! Retry policy of a route rule (GEP-1731, the experimental HTTPRoute `retry` field),
-//! as the data plane applies it; the attempt loop itself is `http::retry`.
+//! as the data plane applies it; the attempt loop itself is `upstream::attempts`.
 //!
 //! What is retried, and why only that:
 //! - a connection that could not be established (refused, reset or timed out before
-//!   any byte of the request was written): always safe, the backend saw nothing;
+//!   any byte of the request was written): always safe, the backend saw nothing, and
+//!   the request (body included) is still whole;
 //! - an answer whose status is in `codes`, and an attempt that passed the rule's
 //!   `backendRequest` timeout: only for idempotent methods (RFC 9110 §9.2.2), since
-//!   the backend may have acted on the request;
+//!   the backend may have acted on the request, and only requests whose body is
+//!   empty or fully buffered within [`MAX_REPLAY_BODY`];
 //! - never a failure after the request was sent (a reset mid-exchange), never once
-//!   response bytes went to the client, and only requests whose body is empty or
-//!   fully buffered within [`MAX_REPLAY_BODY`].
+//!   response bytes went to the client.
 
 use std::time::Duration;
 

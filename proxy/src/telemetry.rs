@@ -48,6 +48,8 @@ pub const UDP_FLOWS_ACTIVE: &str = "aether_udp_flows_active";
 pub const UDP_DROPPED_TOTAL: &str = "aether_udp_dropped_total";
 pub const CONFIG_GENERATION: &str = "aether_config_generation";
 pub const CONFIG_RELOADS_TOTAL: &str = "aether_config_reloads_total";
+pub const RECONCILE_ROUTES_COMPILED_TOTAL: &str = "aether_reconcile_routes_compiled_total";
+pub const RECONCILE_ROUTES_ATTACHED_TOTAL: &str = "aether_reconcile_routes_attached_total";
 pub const STATUS_WRITES_TOTAL: &str = "aether_status_writes_total";
 pub const SERVICE_WRITES_TOTAL: &str = "aether_service_writes_total";
 pub const WRITER_LEASE_HELD: &str = "aether_writer_lease_held";
@@ -278,6 +280,18 @@ pub const DESCRIPTIONS: &[Description] = &[
         C,
         COUNT,
         "Configurations published, by result (ok, or partial when some input had errors).",
+    ),
+    d(
+        RECONCILE_ROUTES_COMPILED_TOTAL,
+        C,
+        COUNT,
+        "Routes compiled by reconciles: every route on a full reconcile, only the routes a change touched otherwise.",
+    ),
+    d(
+        RECONCILE_ROUTES_ATTACHED_TOTAL,
+        C,
+        COUNT,
+        "Routes attached to their Gateways' listeners again by reconciles.",
     ),
     d(
         STATUS_WRITES_TOTAL,

@@ -22,7 +22,7 @@ use serde::{Serialize, Serializer};
 
 use crate::client_auth::SnapshotClientVerifier;
 use crate::hostmap::HostMap;
-use crate::http::ProxyState;
+use crate::state::ProxyState;
 
 /// Why a certificate and key can't be served.
 #[derive(Debug, thiserror::Error)]

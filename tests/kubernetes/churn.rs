@@ -16,7 +16,7 @@ use crate::cluster::{BoxError, Cluster};
 use crate::{admin_get, apply, class_and_namespaces, edge_at, edge_pods, eventually, free_port};
 
 /// The sum of a counter's series in the edge's /metrics.
-async fn counter(admin: SocketAddr, name: &str) -> Option<f64> {
+pub(crate) async fn counter(admin: SocketAddr, name: &str) -> Option<f64> {
     let text = admin_get(admin, "/metrics").await?;
     Some(
         text.lines()
@@ -45,7 +45,7 @@ async fn slice(client: &Client, service: &str, ip: &str) {
 
 /// Reconciles until the count of config reloads has not moved for a while: our own
 /// writes (Service, slices, status) come back as watch events and reconcile too.
-async fn quiet_reloads(admin: SocketAddr) -> f64 {
+pub(crate) async fn quiet_reloads(admin: SocketAddr) -> f64 {
     let mut last = -1.0;
     let mut since = Instant::now();
     let deadline = Instant::now() + Duration::from_secs(30);

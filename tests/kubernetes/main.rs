@@ -11,6 +11,7 @@ mod cluster;
 mod collision;
 mod crd_schema;
 mod dedicated;
+mod endpoint_burst;
 mod l4;
 mod listenerset;
 mod rbac;

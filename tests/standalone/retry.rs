@@ -156,3 +156,76 @@ async fn plain_mode_endpoint_killed_under_load_costs_only_requests_in_flight() -
     ensure!(b_seen > 10, "b saw only {b_seen} requests before the kill");
     env.pass()
 }
+
+/// A chunked request body (no length known up front), so the edge cannot buffer it
+/// for replay: `n` frames of 1 KiB.
+struct Chunked(usize);
+
+impl hyper::body::Body for Chunked {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>> {
+        if self.0 == 0 {
+            return std::task::Poll::Ready(None);
+        }
+        self.0 -= 1;
+        let chunk = bytes::Bytes::from(vec![b'x'; 1024]);
+        std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(chunk))))
+    }
+}
+
+/// Connecting consumes no request, so a refused connect is retried on the other
+/// endpoint even for a request whose body streams.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_connect_is_retried_for_a_streamed_body_too() -> TestResult {
+    use http_body_util::BodyExt;
+
+    let env = TestEnv::new(73)?;
+    let net = env.net;
+    env.write_manifest("m.yaml", &two_endpoints(net, net.addr(253, ECHO_PORT)))?;
+    let _echo = env.spawn_echo(net.echo_a(), "a").await?;
+    let _edge = env.spawn_edge("edge").await?;
+    env.wait_listener(net.gw()).await?;
+
+    const REQUESTS: usize = 6;
+    let stream = connect_from(net.client_ip(), net.gw()).await?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    for i in 0..REQUESTS {
+        // The echo's simulated answer (201 on the first request of a uuid) reads the
+        // whole body first, and counts the requests of the uuid it received.
+        let req = http::Request::builder()
+            .method("POST")
+            .uri(format!("/?uuid=stream-{i}&responseCode=201&succeedAfter=1"))
+            .header("host", "retry.example")
+            .body(Chunked(4))?;
+        sender.ready().await?;
+        let resp =
+            tokio::time::timeout(Duration::from_secs(10), sender.send_request(req)).await??;
+        let status = resp.status();
+        let attempt = resp
+            .headers()
+            .get("x-echo-attempt")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let text = resp.into_body().collect().await?.to_bytes();
+        ensure!(
+            (status.as_u16(), attempt.as_str()) == (201, "1"),
+            "POST {i}: {status}, attempt {attempt:?}: {}",
+            String::from_utf8_lossy(&text)
+        );
+    }
+    let n = retries(&metrics_text(net).await?);
+    // Round robin sends every other request to the refusing endpoint first.
+    ensure!(
+        n >= 2,
+        "aether_upstream_retries_total{{reason=connect_error}} is {n}"
+    );
+    env.pass()
+}

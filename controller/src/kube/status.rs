@@ -5,6 +5,7 @@
 //! writes are server-side apply under one field manager; bursts coalesce (only the
 //! latest Statuses is kept); failures back off.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +30,7 @@ use super::crd::{GatewaySchema, ROUTABILITY_LEFT_OUT};
 use super::retry_schedule::{Retries, news_or_retry};
 use super::watch::Shared;
 use crate::Statuses;
+use crate::l4route::L4Kind;
 use crate::status::{ObjectStatus, with_routability};
 use crate::store::ObjectKey;
 
@@ -43,18 +45,66 @@ pub struct StatusWriter {
     controller_name: String,
     /// What we last wrote per object, with the resourceVersion it produced: a watch
     /// event older than our write must not make us write the same thing again.
-    written: HashMap<(&'static str, ObjectKey), (u64, Value)>,
+    written: HashMap<(StatusKind, ObjectKey), (u64, Value)>,
     /// Writes failing now, so each is logged once per change of error.
     failures: FailureLog,
     /// Failed writes, each backing off on its own (see `retry_schedule`).
-    retries: Retries<(&'static str, ObjectKey)>,
+    retries: Retries<(StatusKind, ObjectKey)>,
     /// What the installed Gateway CRD declares (see `crd`); None until it was read.
     schema: watch::Receiver<Option<GatewaySchema>>,
+    /// Routes found in sync at the last pass, with what decided it. While both stand a
+    /// pass skips the route without rendering either side: a change then costs the
+    /// routes it touched, not a serialization of every route's status.
+    in_sync: HashMap<(StatusKind, ObjectKey), InSync>,
+}
+
+/// Our status for a route and the server's object, as they were when they agreed.
+/// Holding both `Arc`s keeps a pointer from being reused for another object.
+#[derive(Clone)]
+struct InSync {
+    ours: Arc<HttpRouteStatus>,
+    server: Arc<dyn Any + Send + Sync>,
+}
+
+/// The kinds whose status the writer writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum StatusKind {
+    GatewayClass,
+    Gateway,
+    ListenerSet,
+    HttpRoute,
+    GrpcRoute,
+    L4(L4Kind),
+    BackendTlsPolicy,
+}
+
+impl StatusKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            StatusKind::GatewayClass => "GatewayClass",
+            StatusKind::Gateway => "Gateway",
+            StatusKind::ListenerSet => "ListenerSet",
+            StatusKind::HttpRoute => "HTTPRoute",
+            StatusKind::GrpcRoute => "GRPCRoute",
+            StatusKind::L4(kind) => kind.as_str(),
+            StatusKind::BackendTlsPolicy => "BackendTLSPolicy",
+        }
+    }
+
+    /// Is the status a list other controllers write entries of too (routes'
+    /// `parents`, policies' `ancestors`)? Such a write carries their entries and the
+    /// resourceVersion it read them at.
+    fn shared_with_other_controllers(self) -> bool {
+        !matches!(
+            self,
+            StatusKind::GatewayClass | StatusKind::Gateway | StatusKind::ListenerSet
+        )
+    }
 }
 
 /// One object's write, ready to send.
 struct Write {
-    kind: &'static str,
+    kind: StatusKind,
     key: ObjectKey,
     /// The status as compared (our part, transition times stripped).
     ours: Value,
@@ -76,6 +126,7 @@ impl StatusWriter {
             failures: FailureLog::default(),
             retries: Retries::default(),
             schema,
+            in_sync: HashMap::new(),
         }
     }
 
@@ -115,6 +166,7 @@ impl StatusWriter {
     /// One pass: writes every object whose status differs. True if any write failed.
     async fn sync(&mut self, desired: &Statuses) -> bool {
         let routability_declared = self.schema.borrow().is_some_and(|s| s.status_routability);
+        let mut in_sync = HashMap::with_capacity(self.in_sync.len());
         let writes = self.shared.with(|store| {
             let mut out = Vec::new();
             for (name, s) in &desired.gateway_classes {
@@ -126,7 +178,7 @@ impl StatusWriter {
                     );
                     let server = obj.status.as_ref().map(to_value);
                     out.push(self.plan(
-                        "GatewayClass",
+                        StatusKind::GatewayClass,
                         ObjectKey::new("", name.as_str()),
                         rv(&obj.metadata),
                         to_value(&status),
@@ -169,7 +221,7 @@ impl StatusWriter {
                         .map(|e| e.status_routability.clone())
                         .unwrap_or_default();
                     out.push(self.plan(
-                        "Gateway",
+                        StatusKind::Gateway,
                         key.clone(),
                         rv(&obj.metadata),
                         with_routability(to_value(&status), &scopes),
@@ -196,7 +248,7 @@ impl StatusWriter {
                         );
                     }
                     out.push(self.plan(
-                        "ListenerSet",
+                        StatusKind::ListenerSet,
                         key.clone(),
                         rv(&obj.metadata),
                         to_value(&status),
@@ -206,29 +258,62 @@ impl StatusWriter {
                 }
             }
             // Every route kind's status has HTTPRoute's shape: (kind, key, desired,
-            // the server's status, the server's resourceVersion).
+            // the server's object, its status, its resourceVersion).
             type RouteRow<'a> = (
-                &'static str,
+                StatusKind,
                 &'a ObjectKey,
                 &'a ObjectStatus<HttpRouteStatus>,
+                Arc<dyn Any + Send + Sync>,
                 Option<&'a HttpRouteStatus>,
                 Option<u64>,
             );
             let mut routes: Vec<RouteRow<'_>> = Vec::new();
             for (kind, map, held) in [
-                ("HTTPRoute", &desired.http_routes, &store.http_routes),
-                ("GRPCRoute", &desired.grpc_routes, &store.grpc_routes),
+                (
+                    StatusKind::HttpRoute,
+                    &desired.http_routes,
+                    &store.http_routes,
+                ),
+                (
+                    StatusKind::GrpcRoute,
+                    &desired.grpc_routes,
+                    &store.grpc_routes,
+                ),
             ] {
                 routes.extend(map.iter().filter_map(|(k, s)| {
                     let obj = held.get(k)?;
-                    Some((kind, k, s, obj.status.as_ref(), rv(&obj.metadata)))
+                    let any: Arc<dyn Any + Send + Sync> = Arc::clone(obj) as _;
+                    Some((kind, k, s, any, obj.status.as_ref(), rv(&obj.metadata)))
                 }));
             }
             routes.extend(desired.l4_routes.iter().filter_map(|((kind, k), s)| {
                 let obj = store.l4_routes.get(&(*kind, k.clone()))?;
-                Some((kind.as_str(), k, s, obj.status.as_ref(), rv(&obj.metadata)))
+                let any: Arc<dyn Any + Send + Sync> = Arc::clone(obj) as _;
+                Some((
+                    StatusKind::L4(*kind),
+                    k,
+                    s,
+                    any,
+                    obj.status.as_ref(),
+                    rv(&obj.metadata),
+                ))
             }));
-            for (kind, key, s, server_status, server_rv) in routes {
+            let (mut skipped, mut compared) = (0usize, 0usize);
+            for (kind, key, s, server_obj, server_status, server_rv) in routes {
+                let id = (kind, key.clone());
+                let agreed = InSync {
+                    ours: Arc::clone(&s.status),
+                    server: server_obj,
+                };
+                if let Some(was) = self.in_sync.get(&id)
+                    && Arc::ptr_eq(&was.ours, &agreed.ours)
+                    && Arc::ptr_eq(&was.server, &agreed.server)
+                {
+                    in_sync.insert(id, agreed);
+                    skipped += 1;
+                    continue;
+                }
+                compared += 1;
                 let server: &[HttpRouteStatusParents] =
                     server_status.map_or(&[], |x| x.parents.as_slice());
                 let (mine, others): (Vec<_>, Vec<_>) = server
@@ -249,18 +334,27 @@ impl StatusWriter {
                 parents.extend(ours.iter().map(to_value));
                 parents.truncate(MAX_PARENTS);
                 let status = json!({ "parents": parents });
-                out.push(self.plan(
+                let write = self.plan(
                     kind,
                     key.clone(),
                     server_rv,
                     to_value(&ours),
                     Some(to_value(&mine)),
                     Some(status),
-                ));
+                );
+                if write.is_none() {
+                    in_sync.insert(id, agreed);
+                }
+                out.push(write);
             }
+            tracing::debug!(
+                routes_skipped = skipped,
+                routes_compared = compared,
+                "status pass"
+            );
             for row in super::policy_status::rows(desired, store, &self.controller_name) {
                 out.push(self.plan(
-                    "BackendTLSPolicy",
+                    StatusKind::BackendTlsPolicy,
                     row.key,
                     row.server_rv,
                     row.ours,
@@ -270,6 +364,7 @@ impl StatusWriter {
             }
             out.into_iter().flatten().collect::<Vec<_>>()
         });
+        self.in_sync = in_sync;
         // A write no longer needed stops backing off; one whose backoff runs waits.
         self.retries
             .retain(|id| writes.iter().any(|w| w.kind == id.0 && w.key == id.1));
@@ -285,19 +380,21 @@ impl StatusWriter {
                 Err(kube::Error::Api(s)) if s.code == 409 => "conflict",
                 Err(_) => "error",
             };
-            counter!(aether_proxy::telemetry::STATUS_WRITES_TOTAL, "kind" => w.kind, "result" => outcome)
+            counter!(aether_proxy::telemetry::STATUS_WRITES_TOTAL, "kind" => w.kind.as_str(), "result" => outcome)
                 .increment(1);
             match result {
                 Ok(new_rv) => {
-                    tracing::debug!(kind = w.kind, object = %w.key, "status written");
-                    self.failures.succeeded(w.kind, &w.key, "status write");
+                    tracing::debug!(kind = w.kind.as_str(), object = %w.key, "status written");
+                    self.failures
+                        .succeeded(w.kind.as_str(), &w.key, "status write");
                     self.retries.succeeded(&(w.kind, w.key.clone()));
                     self.written.insert((w.kind, w.key), (new_rv, w.ours));
                 }
                 Err(e) => {
                     // Forbidden, conflict, unreachable: retried with backoff, never in
                     // a tight loop, and logged once per change of error.
-                    self.failures.failed(w.kind, &w.key, &e, "status write");
+                    self.failures
+                        .failed(w.kind.as_str(), &w.key, &e, "status write");
                     self.retries
                         .failed((w.kind, w.key.clone()), tokio::time::Instant::now());
                     failed = true;
@@ -312,7 +409,7 @@ impl StatusWriter {
     /// status to apply when it differs from `ours`.
     fn plan(
         &self,
-        kind: &'static str,
+        kind: StatusKind,
         key: ObjectKey,
         server_rv: Option<u64>,
         ours: Value,
@@ -331,19 +428,19 @@ impl StatusWriter {
             return None;
         }
         let mut metadata = json!({ "name": key.name });
-        if kind != "GatewayClass" {
+        if kind != StatusKind::GatewayClass {
             metadata["namespace"] = json!(key.namespace);
         }
         // Routes' status.parents (and policies' ancestors) is an atomic list shared with
         // other controllers.
-        if (kind.ends_with("Route") || kind == "BackendTLSPolicy")
+        if kind.shared_with_other_controllers()
             && let Some(rv) = server_rv
         {
             metadata["resourceVersion"] = json!(rv.to_string());
         }
         let body = json!({
             "apiVersion": "gateway.networking.k8s.io/v1",
-            "kind": kind,
+            "kind": kind.as_str(),
             "metadata": metadata,
             "status": status.unwrap_or(ours),
         });
@@ -360,39 +457,39 @@ impl StatusWriter {
         let params = PatchParams::apply(FIELD_MANAGER).force();
         let patch = Patch::Apply(&w.body);
         let meta = match w.kind {
-            "GatewayClass" => {
+            StatusKind::GatewayClass => {
                 Api::<GatewayClass>::all(self.client.clone())
                     .patch_status(&w.key.name, &params, &patch)
                     .await?
                     .metadata
             }
-            "Gateway" => {
+            StatusKind::Gateway => {
                 Api::<Gateway>::namespaced(self.client.clone(), &w.key.namespace)
                     .patch_status(&w.key.name, &params, &patch)
                     .await?
                     .metadata
             }
-            "ListenerSet" => {
+            StatusKind::ListenerSet => {
                 Api::<ListenerSet>::namespaced(self.client.clone(), &w.key.namespace)
                     .patch_status(&w.key.name, &params, &patch)
                     .await?
                     .metadata
             }
-            "BackendTLSPolicy" => {
+            StatusKind::BackendTlsPolicy => {
                 Api::<BackendTlsPolicy>::namespaced(self.client.clone(), &w.key.namespace)
                     .patch_status(&w.key.name, &params, &patch)
                     .await?
                     .metadata
             }
-            "GRPCRoute" => {
+            StatusKind::GrpcRoute => {
                 Api::<GrpcRoute>::namespaced(self.client.clone(), &w.key.namespace)
                     .patch_status(&w.key.name, &params, &patch)
                     .await?
                     .metadata
             }
-            "TCPRoute" | "UDPRoute" | "TLSRoute" => {
-                let gvk = GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", w.kind);
-                let plural = format!("{}s", w.kind.to_ascii_lowercase());
+            StatusKind::L4(kind) => {
+                let gvk = GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", kind.as_str());
+                let plural = format!("{}s", kind.as_str().to_ascii_lowercase());
                 let resource = ApiResource::from_gvk_with_plural(&gvk, &plural);
                 Api::<DynamicObject>::namespaced_with(
                     self.client.clone(),
@@ -403,7 +500,7 @@ impl StatusWriter {
                 .await?
                 .metadata
             }
-            _ => {
+            StatusKind::HttpRoute => {
                 Api::<HttpRoute>::namespaced(self.client.clone(), &w.key.namespace)
                     .patch_status(&w.key.name, &params, &patch)
                     .await?

@@ -81,10 +81,13 @@ pub(super) struct Memo {
     pub(super) redone: Redone,
 }
 
-/// Counts of work a run did rather than reuse (logged at debug).
-#[derive(Debug, Default, Clone, Copy)]
-pub(super) struct Redone {
+/// Counts of work a run did rather than reuse: what a change cost, for logs and
+/// metrics (a full reconcile compiles and attaches every route).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Redone {
+    /// HTTPRoutes and GRPCRoutes compiled again.
     pub compiled: usize,
+    /// Routes whose attachment was decided again.
     pub attached: usize,
 }
 

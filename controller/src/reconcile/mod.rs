@@ -36,7 +36,7 @@ use gateway_api::gateways::{
 };
 use ipnet::IpNet;
 
-pub use self::incremental::Reconciler;
+pub use self::incremental::{Reconciler, Redone};
 
 use self::address::{AddressError, AddressRequest};
 use self::conditions as cond;
@@ -84,6 +84,8 @@ pub struct Outcome {
     /// Services whose slices we write. A slice of any other Service can change without
     /// changing the outcome, so the Kubernetes source doesn't reconcile for it.
     pub endpoint_interest: BTreeSet<ObjectKey>,
+    /// What this run did again rather than reuse.
+    pub redone: Redone,
 }
 
 /// Standalone reconcile: addresses from `settings.address_pool`.
@@ -317,6 +319,7 @@ fn run(
         statuses,
         services,
         endpoint_interest,
+        redone: memo.redone,
     }
 }
 

@@ -5,8 +5,8 @@ use bytes::Bytes;
 use http::{Response, StatusCode, header};
 use http_body_util::{Either, Full};
 
-use super::Body;
-use super::upstream::BoxError;
+use super::ResponseBody;
+use crate::upstream::BoxError;
 
 /// Each variant says who is at fault: the client (no route), the configuration
 /// (invalid backend), or the upstream (no endpoints, connect or protocol failure).
@@ -58,7 +58,7 @@ impl ProxyError {
         }
     }
 
-    pub fn into_response(self) -> Response<Body> {
+    pub fn into_response(self) -> Response<ResponseBody> {
         local_response(self.status(), self.body())
     }
 
@@ -66,7 +66,7 @@ impl ProxyError {
     /// trailers-only answer (HTTP 200, `grpc-status`, `grpc-message`), since gRPC
     /// clients read the status from there and report an HTTP error status only as an
     /// opaque transport failure.
-    pub fn into_response_for(self, grpc: bool) -> Response<Body> {
+    pub fn into_response_for(self, grpc: bool) -> Response<ResponseBody> {
         if !grpc {
             return self.into_response();
         }
@@ -112,7 +112,7 @@ pub fn is_grpc<B>(req: &http::Request<B>) -> bool {
 }
 
 /// A response the proxy makes itself, from static text.
-pub fn local_response(status: StatusCode, body: &'static str) -> Response<Body> {
+pub fn local_response(status: StatusCode, body: &'static str) -> Response<ResponseBody> {
     let mut resp = Response::new(Either::Right(Full::new(Bytes::from_static(
         body.as_bytes(),
     ))));

@@ -35,6 +35,11 @@ const HOP_BY_HOP: [HeaderName; 9] = [
 /// Removes RFC 9110 §7.6.1 connection-specific headers, including any header the
 /// `Connection` header itself names.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most messages carry none or only `Connection`: one pass comparing the few names
+    // present is cheaper than nine hashed lookups, and the usual case stops here.
+    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+        return;
+    }
     if headers.contains_key(CONNECTION) {
         let named: Vec<HeaderName> = headers
             .get_all(CONNECTION)
@@ -69,8 +74,15 @@ pub fn add_forwarded(
     proto: &'static str,
     trusted_hops: usize,
 ) {
-    headers.remove(X_FORWARDED_CLIENT_CERT);
-    headers.remove(X_ENVOY_ORIGINAL_DST_HOST);
+    // Clients rarely send either: a pass over the names present is cheaper than two
+    // hashed removals.
+    if headers
+        .keys()
+        .any(|n| n == X_FORWARDED_CLIENT_CERT || n == X_ENVOY_ORIGINAL_DST_HOST)
+    {
+        headers.remove(X_FORWARDED_CLIENT_CERT);
+        headers.remove(X_ENVOY_ORIGINAL_DST_HOST);
+    }
     let kept = if trusted_hops == 0 {
         None
     } else {

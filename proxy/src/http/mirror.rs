@@ -15,8 +15,9 @@ use http::uri::PathAndQuery;
 use http_body_util::{BodyExt, Either, Full};
 use metrics::counter;
 
-use super::{ProxyState, outbound};
+use super::outbound;
 use crate::filters::Mirror;
+use crate::state::ProxyState;
 use crate::telemetry::{MIRROR_REQUESTS_TOTAL, MIRROR_SKIPPED_TOTAL};
 
 /// A mirror that hangs must not hold resources for long.

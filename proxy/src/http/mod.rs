@@ -4,90 +4,45 @@
 //! held across the upstream await.
 
 mod error;
-mod h2pool;
 mod headers;
 mod integrity;
 mod mirror;
-mod outbound;
-mod retry;
-mod tls_connect;
+pub(crate) mod outbound;
 mod upgrade;
-mod upstream;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{Either, Full};
 use hyper::body::{Body as _, Incoming};
 
 pub use error::{ProxyError, local_response};
-pub(crate) use h2pool::H2Pool;
 pub use headers::{X_ENVOY_ORIGINAL_DST_HOST, X_FORWARDED_FOR, X_FORWARDED_PROTO};
-pub(crate) use tls_connect::{TlsHttp1Client, dial as tls_dial};
-pub use upstream::{UpstreamError, UpstreamSettings, Upstreams};
-pub(crate) use upstream::{record_failure, record_health};
+pub(crate) use upgrade::requested as upgrade_requested;
+
+use crate::state::ProxyState;
+use crate::upstream::{UpstreamBody, attempts};
 
 use crate::backend::Pick;
 use crate::cors::Cors;
 use crate::filters::{Redirect, RedirectInput};
 use crate::routing::RuleAction;
-use crate::snapshot::Snapshot;
 use crate::telemetry::RouteStats;
 
-/// A body in either direction: a peer's stream, or one the proxy made (a local
-/// answer, or a mirrored request's).
+/// A request body sent upstream: the client's stream, or one the proxy made (a
+/// mirrored or replayed request's).
 pub type Body = Either<Incoming, Full<Bytes>>;
+
+/// An answer's body: the upstream's stream, or one the proxy made.
+pub type ResponseBody = Either<UpstreamBody, Full<Bytes>>;
 
 /// Served on every HTTP listener before routing, for load balancer probes.
 pub const READYZ_PATH: &str = "/aether/readyz";
-
-/// State shared by every listener and connection.
-pub struct ProxyState {
-    pub snapshot: ArcSwap<Snapshot>,
-    pub draining: AtomicBool,
-    /// Set while the process is over its memory budget: new work is refused.
-    pub shedding: AtomicBool,
-    upstreams: Upstreams,
-    /// Proxies in front of the edge whose `x-forwarded-for` entries are trusted.
-    pub trusted_hops: usize,
-    /// Largest request body a client may announce with Content-Length; more is 413
-    /// before anything reaches a backend. 0: no limit.
-    pub max_request_body: AtomicU64,
-}
-
-impl ProxyState {
-    pub fn new(settings: &UpstreamSettings, trusted_hops: usize) -> Arc<Self> {
-        Arc::new(Self {
-            snapshot: ArcSwap::from_pointee(Snapshot::default()),
-            draining: AtomicBool::new(false),
-            shedding: AtomicBool::new(false),
-            upstreams: Upstreams::new(settings),
-            trusted_hops,
-            max_request_body: AtomicU64::new(0),
-        })
-    }
-
-    pub fn is_draining(&self) -> bool {
-        self.draining.load(Ordering::Acquire)
-    }
-
-    /// Why the process is not ready, if it is not: draining, or (mesh mode) no SVID.
-    pub fn not_ready(&self) -> Option<&'static str> {
-        if self.is_draining() {
-            Some("draining\n")
-        } else if !self.upstreams.is_ready() {
-            Some("no mesh identity (SVID) yet\n")
-        } else {
-            None
-        }
-    }
-}
 
 /// What a connection knows about itself, computed once at accept (and handshake).
 pub struct ConnInfo {
@@ -126,7 +81,7 @@ pub async fn handle(
     state: Arc<ProxyState>,
     conn: Arc<ConnInfo>,
     req: Request<Incoming>,
-) -> Result<Response<Body>, Infallible> {
+) -> Result<Response<ResponseBody>, Infallible> {
     let started = Instant::now();
     if req.uri().path() == READYZ_PATH {
         return Ok(readyz(&state));
@@ -197,7 +152,7 @@ fn announced_body(req: &Request<Incoming>) -> Option<u64> {
         .ok()
 }
 
-fn readyz(state: &ProxyState) -> Response<Body> {
+fn readyz(state: &ProxyState) -> Response<ResponseBody> {
     match state.not_ready() {
         Some(why) => local_response(StatusCode::SERVICE_UNAVAILABLE, why),
         None => local_response(StatusCode::OK, "ok\n"),
@@ -282,7 +237,7 @@ async fn forward(
     conn: &ConnInfo,
     routed: &Routed,
     mut req: Request<Incoming>,
-) -> Result<Response<Body>, ProxyError> {
+) -> Result<Response<ResponseBody>, ProxyError> {
     let action = &routed.action;
     if let Some(cors) = &action.filters.cors
         && Cors::is_preflight(req.method(), req.headers())
@@ -340,8 +295,8 @@ async fn forward(
         );
     }
     let protocol = state.upstreams.protocol_for(backend);
-    let exchange = retry::exchange(
-        retry::Target {
+    let exchange = attempts::exchange(
+        attempts::Target {
             upstreams: &state.upstreams,
             policy: action.retry.as_deref(),
             backend,
@@ -362,7 +317,9 @@ async fn forward(
         None => exchange.await?,
     };
     let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
-    let upgraded_to = resp.headers().get(header::UPGRADE).cloned();
+    let upgraded_to = switching
+        .then(|| resp.headers().get(header::UPGRADE).cloned())
+        .flatten();
     if let (true, Some(down)) = (switching, downstream_upgrade) {
         upgrade::tunnel(down, &mut resp);
     }
@@ -386,7 +343,7 @@ fn redirect_response(
     redirect: &Redirect,
     routed: &Routed,
     req: &Request<Incoming>,
-) -> Response<Body> {
+) -> Response<ResponseBody> {
     let host = strip_port(request_authority(req));
     let location = redirect.location(&RedirectInput {
         scheme: routed.scheme,

@@ -68,18 +68,18 @@ pub fn target(
     upgrade: Option<&HeaderValue>,
 ) -> Result<(), ProxyError> {
     let mut uri = Parts::default();
-    uri.scheme = Some(Scheme::HTTP);
     uri.path_and_query = Some(path_and_query);
     match protocol {
         UpstreamProtocol::Http1 | UpstreamProtocol::Tls => {
-            // The endpoint in the URI keys the connection pool; Host stays as sent.
-            uri.authority = Some(endpoint.authority.clone());
+            // Origin-form, as it goes on the wire (the pool is keyed by the endpoint);
+            // Host stays as sent.
             parts.version = Version::HTTP_11;
             if let Some(proto) = upgrade {
                 upgrade::restore_headers(&mut parts.headers, proto.clone());
             }
         }
         UpstreamProtocol::H2c | UpstreamProtocol::H2Tls | UpstreamProtocol::Mesh => {
+            uri.scheme = Some(Scheme::HTTP);
             // The pool is keyed by endpoint elsewhere, so :authority can carry the
             // client's host, and Host must not be sent alongside it.
             let host = parts

@@ -86,7 +86,7 @@ async fn forward_with<S: ClientStream>(
         return pump(client, upstream, peer, endpoint, target, first, force_close).await;
     };
     let handshake = async {
-        let dial = crate::http::tls_dial(tls, backend).map_err(|e| e.to_string())?;
+        let dial = crate::upstream::tls::dial(tls, backend).map_err(|e| e.to_string())?;
         tokio::time::timeout(CONNECT_TIMEOUT, dial.handshake(upstream))
             .await
             .map_err(|_| "TLS handshake timed out".to_owned())?

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{L4Stats, UDP_DROPPED_TOTAL};
 use crate::backend::Pick;
-use crate::http::ProxyState;
+use crate::state::ProxyState;
 use crate::telemetry;
 
 /// The largest UDP payload.

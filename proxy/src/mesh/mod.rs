@@ -20,8 +20,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderName, HeaderValue, Request, Response};
-use hyper::body::Incoming;
+use http::HeaderName;
 use rustls::ClientConfig;
 use rustls_pki_types::ServerName;
 use tokio::net::TcpStream;
@@ -31,17 +30,15 @@ pub use identity::{Identity, IdentityError, Material};
 pub use pool::PoolSettings;
 pub use verify::PeerIdentityError;
 
+pub(crate) use self::pool::Lease;
 use self::pool::Pool;
 use self::verify::SpiffeVerifier;
-use crate::backend::{Backend, Endpoint};
-use crate::http::{Body, UpstreamError};
+use crate::backend::Endpoint;
 use crate::telemetry;
+use crate::upstream::UpstreamError;
 
 /// The port the destination's workload listens on, for the inbound listener.
 pub const ORIGINAL_DST_HEADER: HeaderName = crate::http::X_ENVOY_ORIGINAL_DST_HOST;
-
-/// Endpoints one request may try when connecting fails.
-const ATTEMPTS: usize = 3;
 
 /// Mesh mode settings: where inbound listeners are and who we are.
 #[derive(Debug, Clone)]
@@ -81,61 +78,21 @@ impl MeshClient {
         &self.identity
     }
 
-    /// Sends `req` to `endpoint`'s inbound listener. When the connection to it fails
-    /// before any byte of the request was sent, the request goes to another available
-    /// endpoint of `backend` instead (up to `ATTEMPTS` endpoints in all).
-    pub async fn send(
-        &self,
-        backend: &Backend,
-        endpoint: &Endpoint,
-        mut req: Request<Body>,
-    ) -> Result<Response<Incoming>, UpstreamError> {
-        // Past its expiry the SVID is not used at all, pooled connections included:
-        // the edge is then not ready either, so load balancers are already moving off.
-        // Not the endpoint's fault: no health record, no retry.
+    /// A stream slot on `endpoint`'s inbound listener. Past its expiry the SVID is not
+    /// used at all, pooled connections included: the edge is then not ready either,
+    /// so load balancers are already moving off.
+    pub(crate) async fn connect(&self, endpoint: &Endpoint) -> Result<Lease, UpstreamError> {
         if !self.identity.is_ready() {
-            return Err(UpstreamError::Connect(
+            return Err(UpstreamError::NoIdentity(
                 "the mesh SVID has expired or none is held".into(),
             ));
         }
-        let mut tried = [endpoint.addr; ATTEMPTS];
-        let mut ep = endpoint;
-        for attempt in 1.. {
-            match self.checkout(ep).await {
-                Ok(lease) => {
-                    if attempt > 1 {
-                        let dst = HeaderValue::from_str(ep.authority.as_str())
-                            .map_err(|e| UpstreamError::Request(e.into()))?;
-                        req.headers_mut().insert(ORIGINAL_DST_HEADER, dst);
-                    }
-                    let result = lease.send(req).await;
-                    crate::http::record_health(backend, ep, &result);
-                    return result;
-                }
-                Err(UpstreamError::Connect(e)) => {
-                    crate::http::record_failure(backend, ep);
-                    let next = (attempt < ATTEMPTS)
-                        .then(|| backend.pick_other(tried.get(..attempt).unwrap_or(&[])))
-                        .flatten();
-                    let Some(next) = next else {
-                        return Err(UpstreamError::Connect(e));
-                    };
-                    tracing::debug!(backend = %backend.name, from = %ep.addr, to = %next.addr, error = %e, "connect failed before the request was sent; retrying on another endpoint");
-                    metrics::counter!(telemetry::UPSTREAM_RETRIES_TOTAL, "backend" => backend.name.to_string(), "reason" => "connect_error").increment(1);
-                    if let Some(slot) = tried.get_mut(attempt) {
-                        *slot = next.addr;
-                    }
-                    ep = next;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Err(UpstreamError::Connect("no endpoint left to try".into()))
+        self.checkout(endpoint).await
     }
 
     /// A stream slot on `endpoint`'s inbound listener. An endpoint whose workload
     /// identity is unknown is refused: it could be anything.
-    async fn checkout(&self, endpoint: &Endpoint) -> Result<pool::Lease, UpstreamError> {
+    async fn checkout(&self, endpoint: &Endpoint) -> Result<Lease, UpstreamError> {
         let Some(peer) = endpoint.peer.as_ref() else {
             metrics::counter!(telemetry::MESH_PEER_IDENTITY_UNKNOWN_TOTAL).increment(1);
             return Err(UpstreamError::Refused(

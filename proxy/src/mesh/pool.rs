@@ -30,7 +30,8 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
 use super::sniff::{PeerState, Sniffer};
-use crate::http::{Body, UpstreamError};
+use crate::http::Body;
+use crate::upstream::UpstreamError;
 
 #[derive(Debug, Clone)]
 pub struct PoolSettings {
@@ -223,10 +224,15 @@ impl<K: Hash + Eq + Clone + Send + 'static> Pool<K> {
                         self.dial_done(key, None);
                         return Err(UpstreamError::Connect("no connection available".into()));
                     };
-                    let made = match dial().await {
-                        Ok(io) => self.handshake(io, generation).await,
-                        Err(e) => Err(e),
-                    };
+                    // Boxed: dial and handshake are large futures that every
+                    // request's future would otherwise carry inline; dials are rare.
+                    let made = Box::pin(async {
+                        match dial().await {
+                            Ok(io) => self.handshake(io, generation).await,
+                            Err(e) => Err(e),
+                        }
+                    })
+                    .await;
                     match made {
                         Ok(conn) => {
                             let lease = conn.try_acquire(self.settings.max_streams);

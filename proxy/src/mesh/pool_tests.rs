@@ -18,7 +18,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
 use super::pool::{Pool, PoolSettings};
-use crate::http::UpstreamError;
+use crate::upstream::UpstreamError;
 
 struct Server {
     addr: SocketAddr,

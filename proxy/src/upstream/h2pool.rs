@@ -18,9 +18,9 @@ use hyper::client::conn::http2::{self, SendRequest};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 
-use super::Body;
-use super::tls_connect::TlsDial;
-use super::upstream::UpstreamError;
+use super::UpstreamError;
+use super::tls::TlsDial;
+use crate::http::Body;
 
 pub struct H2Pool {
     connect_timeout: Duration,
@@ -45,26 +45,18 @@ impl H2Pool {
         self
     }
 
-    pub async fn send(
-        &self,
-        addr: SocketAddr,
-        req: Request<Body>,
-    ) -> Result<Response<Incoming>, UpstreamError> {
-        let mut sender = self.sender(addr).await?;
-        sender
-            .ready()
-            .await
-            .map_err(|e| UpstreamError::Request(e.into()))?;
-        sender
-            .send_request(req)
-            .await
-            .map_err(|e| UpstreamError::Request(e.into()))
-    }
-
-    async fn sender(&self, addr: SocketAddr) -> Result<SendRequest<Body>, UpstreamError> {
+    /// A handle on the endpoint's connection, dialled if there is none: connecting
+    /// consumes no request, so a failed dial can be retried elsewhere.
+    pub async fn sender(&self, addr: SocketAddr) -> Result<SendRequest<Body>, UpstreamError> {
         if let Some(s) = self.cached(addr) {
             return Ok(s);
         }
+        // Boxed: the dial is a large future that every stream's future would
+        // otherwise carry (and copy) inline; dials are rare.
+        Box::pin(self.dial(addr)).await
+    }
+
+    async fn dial(&self, addr: SocketAddr) -> Result<SendRequest<Body>, UpstreamError> {
         let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(addr))
             .await
             .map_err(|_| UpstreamError::Connect("connect timed out".into()))?
@@ -97,6 +89,21 @@ impl H2Pool {
             None => None,
         }
     }
+}
+
+/// Sends `req` as one stream on the connection `sender` belongs to.
+pub async fn send(
+    mut sender: SendRequest<Body>,
+    req: Request<Body>,
+) -> Result<Response<Incoming>, UpstreamError> {
+    sender
+        .ready()
+        .await
+        .map_err(|e| UpstreamError::Request(e.into()))?;
+    sender
+        .send_request(req)
+        .await
+        .map_err(|e| UpstreamError::Request(e.into()))
 }
 
 /// The HTTP/2 handshake over any transport; the connection runs on its own task.

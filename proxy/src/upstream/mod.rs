@@ -1,18 +1,26 @@
-//! Upstream connections: pooled keep-alive HTTP/1.1 per endpoint, or one multiplexed
-//! HTTP/2 (h2c) connection per endpoint for backends that declare it.
+//! Upstream connections, all of them: keep-alive HTTP/1.1 per endpoint (plain or with a
+//! BackendTLSPolicy, `h1`), one multiplexed HTTP/2 connection per endpoint for backends
+//! that declare it (`h2pool`), and mesh mode's mTLS HTTP/2 (`crate::mesh`).
+
+pub(crate) mod attempts;
+mod body;
+mod h1;
+pub(crate) mod h2pool;
+mod io;
+#[cfg(test)]
+mod tests;
+pub(crate) mod tls;
 
 use std::time::Duration;
 
 use http::{Request, Response};
-use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use super::Body;
-use super::h2pool::H2Pool;
-use super::tls_connect;
+pub use body::UpstreamBody;
+pub(crate) use h1::H1Pool;
+pub(crate) use h2pool::H2Pool;
+
 use crate::backend::{Backend, Endpoint, UpstreamProtocol};
+use crate::http::Body;
 use crate::mesh::{MeshClient, MeshSettings};
 
 /// Upstream connection settings.
@@ -43,6 +51,10 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub enum UpstreamError {
     #[error("connect: {0}")]
     Connect(BoxError),
+    /// Mesh mode holds no unexpired SVID: no endpoint can be reached, and none is at
+    /// fault (no health record, no retry elsewhere); answered like a failed connect.
+    #[error("no mesh identity: {0}")]
+    NoIdentity(BoxError),
     #[error("request: {0}")]
     Request(BoxError),
     /// The upstream was reached but refused as a peer (mesh identity): never retried
@@ -53,29 +65,16 @@ pub enum UpstreamError {
 
 pub struct Upstreams {
     settings: UpstreamSettings,
-    http1: Client<HttpConnector, Body>,
+    http1: H1Pool,
     h2c: H2Pool,
     mesh: Option<MeshClient>,
 }
 
 impl Upstreams {
     pub fn new(settings: &UpstreamSettings) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(settings.connect_timeout));
-        connector.enforce_http(true);
-        let http1 = Client::builder(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(settings.idle_timeout)
-            .pool_max_idle_per_host(settings.max_idle_per_endpoint)
-            // The downstream Host is forwarded as-is; the client must not invent one.
-            .set_host(false)
-            .http1_writev(false)
-            .build(connector);
         Self {
             settings: settings.clone(),
-            http1,
+            http1: H1Pool::new(settings, None),
             h2c: H2Pool::new(settings.connect_timeout),
             mesh: settings
                 .mesh
@@ -107,55 +106,88 @@ impl Upstreams {
         self.mesh.as_ref().is_none_or(|m| m.identity().is_ready())
     }
 
-    /// Sends `req` to `addr`. For HTTP/1.1 the request URI must name the endpoint (it
-    /// keys the pool); for HTTP/2 it carries the client's authority instead.
-    pub async fn send(
+    /// A connection to `endpoint` (or a stream slot on one) for one request. No
+    /// request is consumed: a failed connect can be retried on another endpoint.
+    pub(crate) async fn connect(
+        &self,
+        protocol: UpstreamProtocol,
+        backend: &Backend,
+        endpoint: &Endpoint,
+    ) -> Result<Ready, UpstreamError> {
+        match protocol {
+            UpstreamProtocol::Http1 => self.http1.checkout(endpoint.addr).await.map(Ready::Http1),
+            UpstreamProtocol::H2c => self.h2c.sender(endpoint.addr).await.map(Ready::H2),
+            UpstreamProtocol::Tls | UpstreamProtocol::H2Tls => match &backend.tls {
+                Some(policy) => {
+                    let h2 = protocol == UpstreamProtocol::H2Tls;
+                    tls::connect(&self.settings, policy, h2, backend, endpoint).await
+                }
+                None => Err(UpstreamError::Refused("backend has no TLS policy".into())),
+            },
+            UpstreamProtocol::Mesh => match &self.mesh {
+                Some(mesh) => mesh.connect(endpoint).await.map(Ready::Mesh),
+                None => Err(UpstreamError::Refused("mesh mode is off".into())),
+            },
+        }
+    }
+
+    /// One attempt, no retry: connect, send, record the endpoint's health.
+    pub(crate) async fn send(
         &self,
         protocol: UpstreamProtocol,
         backend: &Backend,
         endpoint: &Endpoint,
         req: Request<Body>,
-    ) -> Result<Response<Incoming>, UpstreamError> {
-        let result = match protocol {
-            UpstreamProtocol::Http1 => self.http1.request(req).await.map_err(|e| {
-                if e.is_connect() {
-                    UpstreamError::Connect(e.into())
-                } else {
-                    UpstreamError::Request(e.into())
-                }
-            }),
-            UpstreamProtocol::H2c => self.h2c.send(endpoint.addr, req).await,
-            UpstreamProtocol::Tls | UpstreamProtocol::H2Tls => match &backend.tls {
-                Some(tls) => {
-                    let h2 = protocol == UpstreamProtocol::H2Tls;
-                    tls_connect::send(&self.settings, tls, h2, backend, endpoint, req).await
-                }
-                None => Err(UpstreamError::Refused("backend has no TLS policy".into())),
-            },
-            UpstreamProtocol::Mesh => match &self.mesh {
-                // Mesh retries elsewhere and records its own connect failures.
-                Some(mesh) => return mesh.send(backend, endpoint, req).await,
-                None => Err(UpstreamError::Refused("mesh mode is off".into())),
-            },
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        let result = match self.connect(protocol, backend, endpoint).await {
+            Ok(ready) => ready.send(req).await,
+            Err(e) => Err(e),
         };
         record_health(backend, endpoint, &result);
         result
     }
 }
 
+/// A connection to one endpoint (or a stream slot on one), ready for one request.
+pub(crate) enum Ready {
+    Http1(h1::Checkout),
+    H2(hyper::client::conn::http2::SendRequest<Body>),
+    Mesh(crate::mesh::Lease),
+}
+
+impl Ready {
+    pub(crate) async fn send(
+        self,
+        req: Request<Body>,
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        match self {
+            Ready::Http1(conn) => conn.send(req).await,
+            Ready::H2(sender) => incoming(h2pool::send(sender, req).await),
+            Ready::Mesh(lease) => incoming(lease.send(req).await),
+        }
+    }
+}
+
+/// An answer whose connection runs on its own task (HTTP/2).
+fn incoming(
+    result: Result<Response<hyper::body::Incoming>, UpstreamError>,
+) -> Result<Response<UpstreamBody>, UpstreamError> {
+    result.map(|resp| resp.map(UpstreamBody::from))
+}
+
 /// Passive health: 5xx answers and failed exchanges count against the endpoint; a
 /// refused peer (identity) is a configuration problem, not ill health.
-pub(crate) fn record_health(
+pub(crate) fn record_health<B>(
     backend: &Backend,
     endpoint: &Endpoint,
-    result: &Result<Response<Incoming>, UpstreamError>,
+    result: &Result<Response<B>, UpstreamError>,
 ) {
     match result {
         Ok(resp) if !resp.status().is_server_error() => endpoint.health.success(),
         Ok(_) | Err(UpstreamError::Connect(_) | UpstreamError::Request(_)) => {
             record_failure(backend, endpoint);
         }
-        Err(UpstreamError::Refused(_)) => {}
+        Err(UpstreamError::Refused(_) | UpstreamError::NoIdentity(_)) => {}
     }
 }
 

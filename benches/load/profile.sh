@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# CPU profile of aether-edge under HTTP/1.1 keep-alive load, for issue #19's
+# before/after notes in RESULTS.md.
+#
+#   benches/load/profile.sh BIN NAME
+#
+# Runs a one-worker nginx upstream (CPU 0), BIN with one tokio worker (CPU 1) and the
+# benchmark's route, and wrk (64 connections, CPU 0) for 14 s; `perf record -g` samples
+# the proxy for 8 s of it. Writes target/bench-profile/NAME/{perf.data,flat.txt,dso.txt}
+# (flat: self time per symbol; dso: kernel / binary / libc split). Loopback only; every
+# process started here is stopped on exit. Needs nginx, wrk, perf, taskset and 2 CPUs.
+# Frame-pointer call chains are shallow in a release build; for callers use
+# PROFILE_CALLGRAPH=dwarf (heavier, shorter).
+set -euo pipefail
+
+bin=${1:?usage: profile.sh BIN NAME}
+name=${2:?usage: profile.sh BIN NAME}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+out=$root/target/bench-profile/$name
+up_port=${PROFILE_PORT_BASE:-28600}
+proxy_port=$((up_port + 1))
+admin_port=$((up_port + 2))
+callgraph=${PROFILE_CALLGRAPH:-fp}
+
+rm -rf "$out"
+mkdir -p "$out/aether" "$out/tmp"
+cat >"$out/upstream.conf" <<CONF
+daemon off; master_process off; worker_processes 1;
+pid $out/upstream.pid; error_log $out/upstream.err warn;
+events { worker_connections 8192; }
+http {
+  access_log off;
+  client_body_temp_path $out/tmp/b; proxy_temp_path $out/tmp/p; fastcgi_temp_path $out/tmp/f;
+  uwsgi_temp_path $out/tmp/u; scgi_temp_path $out/tmp/s;
+  keepalive_requests 10000000; keepalive_timeout 300s;
+  server {
+    listen 127.0.0.1:$up_port backlog=4096;
+    location / { default_type text/plain; return 200 "hello from the upstream\n"; }
+  }
+}
+CONF
+# The benchmark's manifests without the HTTPS listener (no Secret here).
+sed -e "s|@AETHER_PORT@|$proxy_port|g" -e "s|@UP_PORT@|$up_port|g" \
+  "$here/conf/aether/gateway.yaml" |
+  awk '/name: https/ {skip = 1} skip && /^---/ {skip = 0} !skip' >"$out/aether/gateway.yaml"
+
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+taskset -c 0 nginx -c "$out/upstream.conf" &
+pids+=($!)
+taskset -c 1 env TOKIO_WORKER_THREADS=1 RUST_LOG=warn "$bin" run --manifests "$out/aether" \
+  --admin "127.0.0.1:$admin_port" >"$out/aether.log" 2>&1 &
+proxy=$!
+pids+=("$proxy")
+for _ in $(seq 50); do
+  curl -fsS -o /dev/null --max-time 1 "http://127.0.0.1:$proxy_port/" 2>/dev/null && break
+  sleep 0.2
+done
+curl -fsS --max-time 2 "http://127.0.0.1:$proxy_port/bench" >/dev/null
+timeout 40 taskset -c 0 wrk -t1 -c64 -d14s "http://127.0.0.1:$proxy_port/bench" >"$out/wrk.txt" 2>&1 &
+load=$!
+pids+=("$load")
+sleep 3
+if [[ $callgraph == dwarf ]]; then
+  perf record -F 499 --call-graph dwarf,16384 -p "$proxy" -o "$out/perf.data" -- sleep 4 \
+    >/dev/null 2>"$out/perf.err"
+else
+  perf record -F 999 -g -p "$proxy" -o "$out/perf.data" -- sleep 8 >/dev/null 2>"$out/perf.err"
+fi
+wait "$load" || true
+grep -E 'Requests/sec' "$out/wrk.txt"
+perf report -i "$out/perf.data" --no-children --sort dso --stdio -g none 2>/dev/null |
+  grep -v '^#' | grep -v '^$' >"$out/dso.txt" || true
+perf report -i "$out/perf.data" --no-children --percent-limit 0.3 --stdio -g none 2>/dev/null |
+  grep -v '^#' | grep -v '^$' >"$out/flat.txt" || true
+head -4 "$out/dso.txt"
+echo "profile: $out"

@@ -1,0 +1,257 @@
+//! The upstream exchange of one request and all its attempts: the one place a request
+//! is retried (policy: `crate::retry`).
+//!
+//! Connecting consumes no request, so a connect that fails goes to another endpoint
+//! whatever the body: for a rule without `retry`, to one more endpoint (mesh mode: up
+//! to two more), at once; for a rule with `retry`, as its attempts and backoff allow.
+//! An answer whose status the rule lists, or an attempt past its `backendRequest`
+//! timeout, is retried only for idempotent methods and only when the body was kept for
+//! replay: empty, or at most 64 KiB (buffered as `Bytes`). The request head is cloned
+//! for an attempt only when a later one may need it, so a request on a rule without
+//! `retry` pays nothing.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::request::Parts as RequestParts;
+use http::uri::PathAndQuery;
+use http::{HeaderValue, Request, Response};
+use http_body_util::{BodyExt, Either, Full, Limited};
+use hyper::body::{Body as _, Incoming};
+use tokio::time::Instant;
+
+use super::{UpstreamBody, UpstreamError, Upstreams, record_failure, record_health};
+use crate::backend::{Backend, Endpoint, UpstreamProtocol};
+use crate::http::{ProxyError, outbound};
+use crate::retry::{MAX_REPLAY_BODY, RetryPolicy, is_idempotent};
+use crate::telemetry::{UPSTREAM_RETRIES_TOTAL, upstream_connect_errors};
+
+/// Everything an exchange needs besides the request.
+pub(crate) struct Target<'a> {
+    pub upstreams: &'a Upstreams,
+    pub policy: Option<&'a RetryPolicy>,
+    pub backend: &'a Backend,
+    pub endpoint: &'a Endpoint,
+    pub protocol: UpstreamProtocol,
+}
+
+/// What may be retried for this request.
+struct Plan<'a> {
+    retries: u32,
+    /// Statuses to retry; empty when the method is not idempotent or the body can't
+    /// be replayed.
+    codes: &'a [u16],
+    /// An attempt that times out is retried.
+    timeouts: bool,
+    attempt_timeout: Option<Duration>,
+    /// The body is buffered for replay.
+    replay: bool,
+    /// Waits between attempts; none without a rule `retry` (a connect retry goes to
+    /// another endpoint, and nothing was sent).
+    policy: Option<&'a RetryPolicy>,
+}
+
+impl<'a> Plan<'a> {
+    fn for_request(t: &Target<'a>, parts: &RequestParts, body: &Incoming, upgrade: bool) -> Self {
+        let Some(p) = t.policy else {
+            return Self {
+                retries: if t.protocol == UpstreamProtocol::Mesh {
+                    2
+                } else {
+                    1
+                },
+                codes: &[],
+                timeouts: false,
+                attempt_timeout: None,
+                replay: false,
+                policy: None,
+            };
+        };
+        let replay = !upgrade
+            && p.attempts > 0
+            && (body.is_end_stream()
+                || body
+                    .size_hint()
+                    .upper()
+                    .is_some_and(|n| n <= MAX_REPLAY_BODY));
+        let idempotent = replay && is_idempotent(&parts.method);
+        Self {
+            retries: p.attempts,
+            codes: if idempotent { &p.codes } else { &[] },
+            timeouts: idempotent,
+            attempt_timeout: p.attempt_timeout,
+            replay,
+            policy: Some(p),
+        }
+    }
+}
+
+/// Why an attempt is retried: the `reason` label of `aether_upstream_retries_total`.
+#[derive(Clone, Copy)]
+enum Reason {
+    ConnectError,
+    Status,
+    BackendTimeout,
+}
+
+impl Reason {
+    fn label(self) -> &'static str {
+        match self {
+            Reason::ConnectError => "connect_error",
+            Reason::Status => "status",
+            Reason::BackendTimeout => "backend_timeout",
+        }
+    }
+}
+
+/// Sends the request (`parts` already filtered, not yet targeted) and returns the
+/// upstream's answer, retrying as the rule allows. `upgrade` is the client's `Upgrade`
+/// token, when it asked for one.
+pub(crate) async fn exchange(
+    t: Target<'_>,
+    mut parts: RequestParts,
+    path_and_query: PathAndQuery,
+    body: Incoming,
+    upgrade: Option<&HeaderValue>,
+) -> Result<Response<UpstreamBody>, ProxyError> {
+    let plan = Plan::for_request(&t, &parts, &body, upgrade.is_some());
+    let (mut stream, replay) = if !plan.replay || body.is_end_stream() {
+        (Some(body), Bytes::new())
+    } else {
+        let limited = Limited::new(body, usize::try_from(MAX_REPLAY_BODY).unwrap_or(usize::MAX));
+        match limited.collect().await {
+            Ok(b) => (None, b.to_bytes()),
+            Err(_) => return Err(ProxyError::BadRequest("cannot read the request body\n")),
+        }
+    };
+    // Endpoints whose connect failed during this request.
+    let mut unreachable: Vec<SocketAddr> = Vec::new();
+    let mut endpoint = t.endpoint;
+    let mut retry = 0u32;
+    let mut head_taken = false;
+    loop {
+        let deadline = plan.attempt_timeout.map(|d| Instant::now() + d);
+        let outcome = match within(
+            deadline,
+            t.upstreams.connect(t.protocol, t.backend, endpoint),
+        )
+        .await
+        {
+            None => None,
+            Some(Err(e)) => {
+                if let UpstreamError::Connect(_) = e {
+                    record_failure(t.backend, endpoint);
+                }
+                Some(Err(e))
+            }
+            Some(Ok(ready)) => {
+                // The head is copied only if a later attempt may send it again.
+                let mut head = if plan.policy.is_some() && retry < plan.retries {
+                    parts.clone()
+                } else {
+                    head_taken = true;
+                    std::mem::replace(&mut parts, empty_parts())
+                };
+                outbound::target(
+                    &mut head,
+                    path_and_query.clone(),
+                    t.protocol,
+                    endpoint,
+                    upgrade,
+                )?;
+                let body = match stream.take() {
+                    Some(s) => Either::Left(s),
+                    None => Either::Right(Full::new(replay.clone())),
+                };
+                let sent = within(deadline, ready.send(Request::from_parts(head, body))).await;
+                if let Some(result) = &sent {
+                    record_health(t.backend, endpoint, result);
+                }
+                sent
+            }
+        };
+        let reason = match &outcome {
+            Some(Ok(resp)) if plan.codes.contains(&resp.status().as_u16()) => Reason::Status,
+            Some(Err(UpstreamError::Connect(_))) => Reason::ConnectError,
+            None if plan.timeouts => Reason::BackendTimeout,
+            _ => return finish(outcome, t.backend, endpoint),
+        };
+        // The request must still be whole: its head, and its body (unsent, or kept).
+        let resendable = !head_taken && (stream.is_some() || plan.replay);
+        // After a failed connect, another endpoint that has not failed one; after
+        // an answer or a timeout, the next in turn (a single-pod Service retries
+        // its one pod).
+        let next = if retry >= plan.retries || !resendable {
+            None
+        } else if let Reason::ConnectError = reason {
+            unreachable.push(endpoint.addr);
+            t.backend.pick_other(&unreachable)
+        } else {
+            t.backend
+                .pick_other(&unreachable)
+                .or_else(|| t.backend.pick())
+        };
+        let Some(next) = next else {
+            return finish(outcome, t.backend, endpoint);
+        };
+        if let Some(Err(UpstreamError::Connect(e))) = &outcome {
+            upstream_connect_errors(&t.backend.name).increment(1);
+            tracing::debug!(backend = %t.backend.name, from = %endpoint.addr, to = %next.addr, error = %e, "upstream connect failed; retrying on another endpoint");
+        }
+        // A retried answer's body is not wanted: dropping it closes that connection.
+        drop(outcome);
+        retry += 1;
+        metrics::counter!(UPSTREAM_RETRIES_TOTAL, "backend" => t.backend.name.to_string(), "reason" => reason.label())
+            .increment(1);
+        endpoint = next;
+        if let Some(p) = plan.policy {
+            tokio::time::sleep(p.backoff_before(retry)).await;
+        }
+    }
+}
+
+/// `fut`'s output, or `None` if `deadline` passed first.
+async fn within<F: Future>(deadline: Option<Instant>, fut: F) -> Option<F::Output> {
+    match deadline {
+        Some(d) => tokio::time::timeout_at(d, fut).await.ok(),
+        None => Some(fut.await),
+    }
+}
+
+fn empty_parts() -> RequestParts {
+    Request::new(()).into_parts().0
+}
+
+/// The answer of the attempt that is not retried; a timed-out one is a 504.
+fn finish(
+    outcome: Option<Result<Response<UpstreamBody>, UpstreamError>>,
+    backend: &Backend,
+    endpoint: &Endpoint,
+) -> Result<Response<UpstreamBody>, ProxyError> {
+    match outcome {
+        Some(result) => into_proxy_result(result, backend, endpoint),
+        None => Err(ProxyError::Timeout),
+    }
+}
+
+fn into_proxy_result(
+    result: Result<Response<UpstreamBody>, UpstreamError>,
+    backend: &Backend,
+    endpoint: &Endpoint,
+) -> Result<Response<UpstreamBody>, ProxyError> {
+    match result {
+        Ok(resp) => Ok(resp),
+        Err(UpstreamError::Connect(e)) => {
+            upstream_connect_errors(&backend.name).increment(1);
+            tracing::warn!(backend = %backend.name, endpoint = %endpoint.addr, error = %e, "upstream connect failed");
+            Err(ProxyError::UpstreamConnect(e))
+        }
+        Err(UpstreamError::NoIdentity(e)) => Err(ProxyError::UpstreamConnect(e)),
+        Err(UpstreamError::Request(e)) => Err(ProxyError::Upstream(e)),
+        Err(UpstreamError::Refused(e)) => {
+            tracing::warn!(backend = %backend.name, endpoint = %endpoint.addr, error = %e, "upstream refused");
+            Err(ProxyError::Upstream(e))
+        }
+    }
+}

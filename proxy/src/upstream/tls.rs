@@ -1,0 +1,84 @@
+//! TLS origination for backends with a BackendTLSPolicy: the policy's handshake, and
+//! the send path that picks the policy's own pools (HTTP/1.1 keep-alive, or one
+//! HTTP/2 connection per endpoint). L4 routes (TLSRoute Terminate) dial with it too.
+
+use std::sync::Arc;
+
+use rustls_pki_types::ServerName;
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+use super::h1::H1Pool;
+use super::h2pool::H2Pool;
+use super::{BoxError, Ready, UpstreamError, UpstreamSettings};
+use crate::backend::{Backend, Endpoint};
+use crate::backend_tls::BackendTls;
+use crate::telemetry;
+
+/// What a TLS dial needs: the policy's client config and SNI, and the backend's name
+/// for the error counter.
+#[derive(Clone)]
+pub struct TlsDial {
+    pub connector: TlsConnector,
+    pub server_name: ServerName<'static>,
+    pub backend: Arc<str>,
+}
+
+impl TlsDial {
+    /// Runs the handshake; a failure (unknown CA, wrong name) is counted and logged.
+    pub async fn handshake(&self, tcp: TcpStream) -> Result<TlsStream<TcpStream>, BoxError> {
+        self.connector
+            .connect(self.server_name.clone(), tcp)
+            .await
+            .map_err(|e| {
+                telemetry::upstream_tls_errors(&self.backend).increment(1);
+                tracing::warn!(backend = %self.backend, sni = ?self.server_name, error = %e, "upstream TLS handshake failed");
+                e.into()
+            })
+    }
+}
+
+/// The policy's TLS dial for `backend`, or why its connections must fail.
+pub(crate) fn dial(tls: &BackendTls, backend: &Backend) -> Result<TlsDial, UpstreamError> {
+    let Some(config) = &tls.config else {
+        let why = tls.invalid.as_deref().unwrap_or("no usable CA certificate");
+        return Err(UpstreamError::Connect(
+            format!("BackendTLSPolicy {}: {why}", tls.policy).into(),
+        ));
+    };
+    Ok(TlsDial {
+        connector: TlsConnector::from(Arc::clone(config)),
+        server_name: tls.server_name.clone(),
+        backend: Arc::clone(&backend.name),
+    })
+}
+
+/// A connection to `endpoint` over the policy's TLS: HTTP/2 when `h2`, else HTTP/1.1.
+pub(crate) async fn connect(
+    settings: &UpstreamSettings,
+    tls: &BackendTls,
+    h2: bool,
+    backend: &Backend,
+    endpoint: &Endpoint,
+) -> Result<Ready, UpstreamError> {
+    if h2 {
+        let pool = match tls.h2.get() {
+            Some(p) => p,
+            None => {
+                let dial = dial(tls, backend)?;
+                tls.h2
+                    .get_or_init(|| H2Pool::new(settings.connect_timeout).with_tls(dial))
+            }
+        };
+        return pool.sender(endpoint.addr).await.map(Ready::H2);
+    }
+    let pool = match tls.http1.get() {
+        Some(p) => p,
+        None => {
+            let dial = dial(tls, backend)?;
+            tls.http1.get_or_init(|| H1Pool::new(settings, Some(dial)))
+        }
+    };
+    pool.checkout(endpoint.addr).await.map(Ready::Http1)
+}
