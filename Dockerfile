@@ -5,6 +5,9 @@
 FROM docker.io/library/rust:1.92-bookworm AS build
 WORKDIR /src
 COPY . .
+# Recorded as aether_build_info{commit=...} when given:
+# docker build --build-arg AETHER_GIT_COMMIT="$(git rev-parse HEAD)" .
+ARG AETHER_GIT_COMMIT=
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --bin aether-edge \

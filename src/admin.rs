@@ -17,12 +17,11 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 
 pub struct AdminState {
     pub proxy: Arc<ProxyState>,
-    pub prometheus: PrometheusHandle,
+    pub prometheus: crate::metrics::Exporter,
     /// What `/status` shows, as last published; rendered only when asked for.
     pub status: ArcSwap<StatusDoc>,
     /// Has a configuration been applied (its listeners bound, or their failures
@@ -97,6 +96,7 @@ async fn answer(
         // Liveness only says the process answers: a draining edge is alive, and a
         // restart then would cut the drain short.
         "/livez" => text(StatusCode::OK, "ok\n"),
+        // The process metrics are read from /proc on every scrape: a few small reads.
         "/metrics" => body(
             StatusCode::OK,
             "text/plain; version=0.0.4",

@@ -8,11 +8,10 @@ use std::time::Duration;
 use aether_controller::{Reconciler, Settings};
 use aether_proxy::state::ProxyState;
 use aether_proxy::upstream::UpstreamSettings;
-use aether_proxy::{ListenerManager, overload, telemetry};
+use aether_proxy::{ListenerManager, overload};
 use anyhow::Context;
 use arc_swap::ArcSwap;
 
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::admin::{self, AdminState, StatusDoc};
@@ -24,7 +23,7 @@ use crate::publish::Publisher;
 pub(crate) const SETTLE: Duration = Duration::from_millis(100);
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let prometheus = install_metrics()?;
+    let prometheus = crate::metrics::install()?;
     let proxy = ProxyState::new(
         &UpstreamSettings {
             mesh: crate::mesh::settings(&args.mesh)?,
@@ -126,25 +125,6 @@ async fn run_files(
         }
     }
     Ok(())
-}
-
-fn install_metrics() -> anyhow::Result<PrometheusHandle> {
-    let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(
-            Matcher::Full(telemetry::REQUEST_DURATION_SECONDS.to_owned()),
-            telemetry::DURATION_BUCKETS,
-        )?
-        .install_recorder()
-        .context("cannot install the metrics recorder")?;
-    let upkeep = handle.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(5));
-        loop {
-            tick.tick().await;
-            upkeep.run_upkeep();
-        }
-    });
-    Ok(handle)
 }
 
 /// The file source's side: re-reads the manifests and reconciles on every change.

@@ -9,6 +9,7 @@ pub mod echo_retry;
 pub mod files;
 pub mod kubernetes;
 pub mod mesh;
+pub mod metrics;
 pub mod portstate;
 pub mod publish;
 

@@ -80,14 +80,14 @@ impl Publisher {
         self.generation += 1;
         let mut snapshot = outcome.snapshot;
         snapshot.generation = self.generation;
-        counter!("aether_config_reloads_total", "result" => if errors.is_empty() { "ok" } else { "partial" }).increment(1);
+        counter!(aether_proxy::telemetry::CONFIG_RELOADS_TOTAL, "result" => if errors.is_empty() { "ok" } else { "partial" }).increment(1);
         // What the change cost: a full reconcile compiles every route, a change only
         // the routes it touched (or that name a Service whose endpoints changed).
-        counter!("aether_reconcile_routes_compiled_total")
+        counter!(aether_proxy::telemetry::RECONCILE_ROUTES_COMPILED_TOTAL)
             .increment(outcome.redone.compiled as u64);
-        counter!("aether_reconcile_routes_attached_total")
+        counter!(aether_proxy::telemetry::RECONCILE_ROUTES_ATTACHED_TOTAL)
             .increment(outcome.redone.attached as u64);
-        gauge!("aether_config_generation").set(self.generation as f64);
+        gauge!(aether_proxy::telemetry::CONFIG_GENERATION).set(self.generation as f64);
         self.current = Some(Published {
             snapshot: Arc::new(snapshot),
             statuses: outcome.statuses,

@@ -39,7 +39,6 @@ pub struct Connections {
     /// The same without ALPN, for TLS terminated in front of a TLSRoute backend: the
     /// edge must not agree to an application protocol on the backend's behalf.
     pub tls_l4: Arc<ServerConfig>,
-    pub active: Gauge,
     /// Fired at the drain deadline to close connections still open then.
     pub force_close: CancellationToken,
     /// Every connection task, so the deadline can wait until they are all gone:
@@ -50,12 +49,19 @@ pub struct Connections {
 
 impl Connections {
     /// Serves `stream` on its own task. Whether it speaks TLS is decided by the
-    /// Snapshot current at accept time.
-    pub fn spawn(&self, stream: TcpStream, peer: SocketAddr, watcher: Watcher, slot: Slot) {
+    /// Snapshot current at accept time. `active` counts it while it is open.
+    pub fn spawn(
+        &self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        watcher: Watcher,
+        slot: Slot,
+        active: Gauge,
+    ) {
         let this = self.clone();
         self.tasks.spawn(async move {
             let _slot = slot;
-            this.active.increment(1.0);
+            active.increment(1.0);
             let (terminates_tls, l4) = {
                 let snapshot = this.state.snapshot.load();
                 let listener = snapshot.listener(&this.local);
@@ -102,7 +108,7 @@ impl Connections {
             } else {
                 this.serve(TokioIo::new(stream), info, watcher).await;
             }
-            this.active.decrement(1.0);
+            active.decrement(1.0);
         });
     }
 

@@ -251,8 +251,9 @@ async fn serve(
         limits,
         slots,
     } = socket;
-    let label = local.to_string();
-    let accepted = telemetry::connections_total(&label);
+    // Labelled by what the socket serves, looked up again at every accept: a reload
+    // may fold another listener into this socket.
+    let mut stats: Option<telemetry::ListenerStats> = None;
     let graceful = GracefulShutdown::new();
     let tls = match tls::server_config(Arc::clone(&state), local) {
         Ok(c) => c,
@@ -273,7 +274,6 @@ async fn serve(
         builder_h2: limits.server_builder().http2_only(),
         tls,
         tls_l4,
-        active: telemetry::active_connections(&label),
         force_close: CancellationToken::new(),
         tasks: TaskTracker::new(),
     };
@@ -313,8 +313,20 @@ async fn serve(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "set_nodelay failed");
         }
-        accepted.increment(1);
-        connections.spawn(stream, peer, graceful.watcher(), slot);
+        let active = {
+            let snapshot = state.snapshot.load();
+            let (gateway, sections): (&str, &[Arc<str>]) = snapshot
+                .listener(&local)
+                .map_or(("none", &[]), |l| (&l.gateway, &l.sections));
+            if !stats.as_ref().is_some_and(|s| s.serves(gateway, sections)) {
+                stats = None;
+            }
+            let current =
+                stats.get_or_insert_with(|| telemetry::ListenerStats::new(gateway, sections));
+            current.accepted.increment(1);
+            current.active.clone()
+        };
+        connections.spawn(stream, peer, graceful.watcher(), slot, active);
     }
     drop(listener);
     tokio::select! {

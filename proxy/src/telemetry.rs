@@ -7,7 +7,13 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
+use metrics::{Counter, Gauge, Histogram, KeyName, SharedString, Unit, counter, gauge, histogram};
+
+// Every metric the edge exports is named here and described in `DESCRIPTIONS` below
+// (its `# HELP` and unit). A name used in a `counter!`/`gauge!`/`histogram!` anywhere in
+// the workspace without a description fails `every_metric_is_described` in
+// `src/metrics.rs`, and a family on `/metrics` without `# HELP` fails the standalone
+// test `metrics_lint`.
 
 pub const REQUESTS_TOTAL: &str = "aether_requests_total";
 pub const REQUEST_DURATION_SECONDS: &str = "aether_request_duration_seconds";
@@ -33,6 +39,320 @@ pub const MESH_IDENTITY_SOURCE_ERRORS_TOTAL: &str = "aether_mesh_identity_source
 pub const MESH_PEER_IDENTITY_MISMATCH_TOTAL: &str = "aether_mesh_peer_identity_mismatch_total";
 pub const MESH_PEER_IDENTITY_UNKNOWN_TOTAL: &str = "aether_mesh_peer_identity_unknown_total";
 pub const MESH_UPSTREAM_CONNECTIONS_TOTAL: &str = "aether_mesh_upstream_connections_total";
+pub const TCP_CONNECTIONS_TOTAL: &str = "aether_tcp_connections_total";
+pub const TCP_BYTES_TOTAL: &str = "aether_tcp_bytes_total";
+pub const TCP_REFUSED_TOTAL: &str = "aether_tcp_refused_total";
+pub const UDP_DATAGRAMS_TOTAL: &str = "aether_udp_datagrams_total";
+pub const UDP_FLOWS_TOTAL: &str = "aether_udp_flows_total";
+pub const UDP_FLOWS_ACTIVE: &str = "aether_udp_flows_active";
+pub const UDP_DROPPED_TOTAL: &str = "aether_udp_dropped_total";
+pub const CONFIG_GENERATION: &str = "aether_config_generation";
+pub const CONFIG_RELOADS_TOTAL: &str = "aether_config_reloads_total";
+pub const RECONCILE_ROUTES_COMPILED_TOTAL: &str = "aether_reconcile_routes_compiled_total";
+pub const RECONCILE_ROUTES_ATTACHED_TOTAL: &str = "aether_reconcile_routes_attached_total";
+pub const STATUS_WRITES_TOTAL: &str = "aether_status_writes_total";
+pub const SERVICE_WRITES_TOTAL: &str = "aether_service_writes_total";
+pub const WRITER_LEASE_HELD: &str = "aether_writer_lease_held";
+pub const ENDPOINT_EVENTS_IGNORED_TOTAL: &str = "aether_endpoint_events_ignored_total";
+pub const BUILD_INFO: &str = "aether_build_info";
+
+/// What a metric is: its `# TYPE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// One metric's `# HELP` text, type and unit.
+#[derive(Debug, Clone, Copy)]
+pub struct Description {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub unit: Option<Unit>,
+    pub help: &'static str,
+}
+
+const fn d(name: &'static str, kind: Kind, unit: Option<Unit>, help: &'static str) -> Description {
+    Description {
+        name,
+        kind,
+        unit,
+        help,
+    }
+}
+
+use Kind::{Counter as C, Gauge as G, Histogram as H};
+const COUNT: Option<Unit> = Some(Unit::Count);
+const SECONDS: Option<Unit> = Some(Unit::Seconds);
+const BYTES: Option<Unit> = Some(Unit::Bytes);
+
+/// Every `aether_*` metric, described once at start by `describe`.
+pub const DESCRIPTIONS: &[Description] = &[
+    d(
+        REQUESTS_TOTAL,
+        C,
+        COUNT,
+        "HTTP and gRPC requests answered, by Gateway, route (namespace/name, or none when no route matched) and status class.",
+    ),
+    d(
+        REQUEST_DURATION_SECONDS,
+        H,
+        SECONDS,
+        "Time from a request's arrival to its response headers, per Gateway.",
+    ),
+    d(
+        UPSTREAM_CONNECT_ERRORS_TOTAL,
+        C,
+        COUNT,
+        "Connections to a backend endpoint that failed, by backend.",
+    ),
+    d(
+        UPSTREAM_TLS_ERRORS_TOTAL,
+        C,
+        COUNT,
+        "TLS handshakes to BackendTLSPolicy backends that failed (unknown CA, wrong name), by backend.",
+    ),
+    d(
+        UPSTREAM_RETRIES_TOTAL,
+        C,
+        COUNT,
+        "Requests retried on another attempt, by backend and reason.",
+    ),
+    d(
+        DOWNSTREAM_CONNECTIONS_ACTIVE,
+        G,
+        COUNT,
+        "Client connections open now, by Gateway and listener names.",
+    ),
+    d(
+        DOWNSTREAM_CONNECTIONS_TOTAL,
+        C,
+        COUNT,
+        "Client connections accepted, by Gateway and listener names.",
+    ),
+    d(
+        LISTENER_BIND_ERRORS_TOTAL,
+        C,
+        COUNT,
+        "Attempts to bind a listener's socket that failed.",
+    ),
+    d(
+        TLS_HANDSHAKE_ERRORS_TOTAL,
+        C,
+        COUNT,
+        "TLS handshakes with clients that failed or timed out.",
+    ),
+    d(
+        CONNECTIONS_REFUSED_TOTAL,
+        C,
+        COUNT,
+        "Client connections closed at accept by a limit, by reason.",
+    ),
+    d(
+        REQUESTS_REFUSED_TOTAL,
+        C,
+        COUNT,
+        "Requests refused before routing (body too large, framing), by reason.",
+    ),
+    d(
+        OVERLOAD_ACTIVE,
+        G,
+        None,
+        "1 while resident memory is above the budget and load is shed, else 0.",
+    ),
+    d(
+        OVERLOAD_SHED_TOTAL,
+        C,
+        COUNT,
+        "Connections and requests refused while overloaded, by what was shed.",
+    ),
+    d(
+        MIRROR_REQUESTS_TOTAL,
+        C,
+        COUNT,
+        "Mirrored requests sent, by backend and result.",
+    ),
+    d(
+        MIRROR_SKIPPED_TOTAL,
+        C,
+        COUNT,
+        "Requests not mirrored, by reason.",
+    ),
+    d(
+        CLIENT_CERT_REJECTED_TOTAL,
+        C,
+        COUNT,
+        "Client certificates rejected by a listener's client certificate validation.",
+    ),
+    d(
+        CLIENT_CERT_FALLBACK_TOTAL,
+        C,
+        COUNT,
+        "Connections let through without a valid client certificate (AllowInsecureFallback).",
+    ),
+    d(
+        MESH_SVID_EXPIRY_SECONDS,
+        G,
+        SECONDS,
+        "Seconds until the edge's own SVID expires (mesh mode).",
+    ),
+    d(
+        MESH_SVID_UPDATES_TOTAL,
+        C,
+        COUNT,
+        "SVIDs received, by identity source (mesh mode).",
+    ),
+    d(
+        MESH_IDENTITY_SOURCE_ERRORS_TOTAL,
+        C,
+        COUNT,
+        "Errors reading the identity source, by source and kind (mesh mode).",
+    ),
+    d(
+        MESH_PEER_IDENTITY_MISMATCH_TOTAL,
+        C,
+        COUNT,
+        "Upstream mTLS handshakes whose peer identity was not the expected one, by reason (mesh mode).",
+    ),
+    d(
+        MESH_PEER_IDENTITY_UNKNOWN_TOTAL,
+        C,
+        COUNT,
+        "Mesh upstream connections to an endpoint whose identity is unknown (mesh mode).",
+    ),
+    d(
+        MESH_UPSTREAM_CONNECTIONS_TOTAL,
+        C,
+        COUNT,
+        "Upstream mTLS connections opened (mesh mode).",
+    ),
+    d(
+        TCP_CONNECTIONS_TOTAL,
+        C,
+        COUNT,
+        "TCP connections proxied by TCPRoutes and TLSRoutes, by Gateway and route.",
+    ),
+    d(
+        TCP_BYTES_TOTAL,
+        C,
+        BYTES,
+        "Bytes proxied by TCPRoutes and TLSRoutes, by Gateway, route and direction.",
+    ),
+    d(
+        TCP_REFUSED_TOTAL,
+        C,
+        COUNT,
+        "TCP connections refused (no route, no endpoint), by reason.",
+    ),
+    d(
+        UDP_DATAGRAMS_TOTAL,
+        C,
+        COUNT,
+        "UDP datagrams proxied by UDPRoutes, by Gateway, route and direction.",
+    ),
+    d(
+        UDP_FLOWS_TOTAL,
+        C,
+        COUNT,
+        "UDP flows (client address and port) started, by Gateway and route.",
+    ),
+    d(
+        UDP_FLOWS_ACTIVE,
+        G,
+        COUNT,
+        "UDP flows open now, by Gateway and listener names.",
+    ),
+    d(
+        UDP_DROPPED_TOTAL,
+        C,
+        COUNT,
+        "UDP datagrams dropped, by reason.",
+    ),
+    d(
+        CONFIG_GENERATION,
+        G,
+        None,
+        "Generation of the configuration being served; it grows by one with every publish.",
+    ),
+    d(
+        CONFIG_RELOADS_TOTAL,
+        C,
+        COUNT,
+        "Configurations published, by result (ok, or partial when some input had errors).",
+    ),
+    d(
+        RECONCILE_ROUTES_COMPILED_TOTAL,
+        C,
+        COUNT,
+        "Routes compiled by reconciles: every route on a full reconcile, only the routes a change touched otherwise.",
+    ),
+    d(
+        RECONCILE_ROUTES_ATTACHED_TOTAL,
+        C,
+        COUNT,
+        "Routes attached to their Gateways' listeners again by reconciles.",
+    ),
+    d(
+        STATUS_WRITES_TOTAL,
+        C,
+        COUNT,
+        "Status writes to the Kubernetes API, by kind and result.",
+    ),
+    d(
+        SERVICE_WRITES_TOTAL,
+        C,
+        COUNT,
+        "Service writes to the Kubernetes API, by operation, kind and result.",
+    ),
+    d(
+        WRITER_LEASE_HELD,
+        G,
+        None,
+        "1 while this replica holds the writer lease (writes status), else 0.",
+    ),
+    d(
+        ENDPOINT_EVENTS_IGNORED_TOTAL,
+        C,
+        COUNT,
+        "EndpointSlice events ignored (no matching Service).",
+    ),
+    d(
+        BUILD_INFO,
+        G,
+        None,
+        "Always 1; labelled with the version (and the commit, when the build recorded one).",
+    ),
+];
+
+/// Registers every description with the installed recorder: call once, after the
+/// recorder is installed. The exporter then writes each family's `# HELP`.
+pub fn describe() {
+    metrics::with_recorder(|recorder| {
+        for m in DESCRIPTIONS {
+            let (name, help) = (
+                KeyName::from_const_str(m.name),
+                SharedString::const_str(m.help),
+            );
+            match m.kind {
+                Kind::Counter => recorder.describe_counter(name, m.unit, help),
+                Kind::Gauge => recorder.describe_gauge(name, m.unit, help),
+                Kind::Histogram => recorder.describe_histogram(name, m.unit, help),
+            }
+        }
+    });
+}
+
+/// Sets `aether_build_info` to 1, labelled with the version and, when the build had
+/// `AETHER_GIT_COMMIT` in its environment, the commit (no build script: a source
+/// tarball builds the same).
+pub fn build_info() {
+    let version = env!("CARGO_PKG_VERSION");
+    match option_env!("AETHER_GIT_COMMIT").filter(|c| !c.is_empty()) {
+        Some(commit) => gauge!(BUILD_INFO, "version" => version, "commit" => commit).set(1.0),
+        None => gauge!(BUILD_INFO, "version" => version).set(1.0),
+    }
+}
 
 /// Buckets for request durations: 100 µs to 30 s.
 pub const DURATION_BUCKETS: &[f64] = &[
@@ -94,12 +414,51 @@ pub fn unrouted(gateway: &str) -> RouteStats {
     RouteStats::new(gateway, "none")
 }
 
-pub fn active_connections(listener: &str) -> Gauge {
-    gauge!(DOWNSTREAM_CONNECTIONS_ACTIVE, "listener" => listener.to_owned())
+/// The `listener` label of a socket: the names of the Gateway listeners it serves,
+/// joined by "," when several share the address and port (they then share one socket,
+/// so their connections cannot be told apart), or "none" for a socket no longer in the
+/// Snapshot.
+pub fn listener_label(sections: &[Arc<str>]) -> String {
+    if sections.is_empty() {
+        return "none".to_owned();
+    }
+    sections.iter().map(|s| &**s).collect::<Vec<_>>().join(",")
 }
 
-pub fn connections_total(listener: &str) -> Counter {
-    counter!(DOWNSTREAM_CONNECTIONS_TOTAL, "listener" => listener.to_owned())
+/// A TCP socket's connection metrics, labelled by Gateway (`namespace/name`) and
+/// listener names: the socket address says nothing to whoever reads a dashboard.
+/// Rebuilt when a reload changes what the socket serves; a connection keeps the
+/// handle it was accepted with, so its gauge goes down where it went up.
+pub struct ListenerStats {
+    gateway: Arc<str>,
+    sections: Vec<Arc<str>>,
+    pub accepted: Counter,
+    pub active: Gauge,
+}
+
+impl ListenerStats {
+    pub fn new(gateway: &str, sections: &[Arc<str>]) -> Self {
+        let labels = [
+            ("gateway", gateway.to_string()),
+            ("listener", listener_label(sections)),
+        ];
+        Self {
+            gateway: gateway.into(),
+            sections: sections.to_vec(),
+            accepted: counter!(DOWNSTREAM_CONNECTIONS_TOTAL, &labels),
+            active: gauge!(DOWNSTREAM_CONNECTIONS_ACTIVE, &labels),
+        }
+    }
+
+    /// Are these the handles of `gateway`'s listeners `sections`?
+    pub fn serves(&self, gateway: &str, sections: &[Arc<str>]) -> bool {
+        *self.gateway == *gateway && self.sections == sections
+    }
+}
+
+/// `aether_udp_flows_active` of a UDP socket, labelled like `ListenerStats`.
+pub fn udp_flows_active(gateway: &str, sections: &[Arc<str>]) -> Gauge {
+    gauge!(UDP_FLOWS_ACTIVE, "gateway" => gateway.to_owned(), "listener" => listener_label(sections))
 }
 
 pub fn upstream_connect_errors(backend: &str) -> Counter {

@@ -29,6 +29,7 @@ mod mesh_health;
 mod mesh_pool;
 mod mesh_rotation;
 mod metrics;
+mod metrics_lint;
 mod ops;
 mod readiness;
 mod reload;

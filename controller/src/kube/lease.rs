@@ -51,7 +51,7 @@ pub fn spawn(client: Client, config: LeaseConfig) -> watch::Receiver<bool> {
             if *tx.borrow() != held {
                 tracing::info!(lease = %config.name, identity = %config.identity, held, "writer Lease {}", if held { "acquired" } else { "lost" });
             }
-            gauge!("aether_writer_lease_held").set(if held { 1.0 } else { 0.0 });
+            gauge!(aether_proxy::telemetry::WRITER_LEASE_HELD).set(if held { 1.0 } else { 0.0 });
             tx.send_replace(held);
             if tx.is_closed() {
                 return;

@@ -138,7 +138,7 @@ impl ServiceApplier {
                 .patch(&key.name, &params, &Patch::Apply(&value))
                 .await
                 .map(drop);
-            counter!("aether_service_writes_total", "op" => "apply", "kind" => kind.as_str(), "result" => if result.is_ok() { "ok" } else { "error" }).increment(1);
+            counter!(aether_proxy::telemetry::SERVICE_WRITES_TOTAL, "op" => "apply", "kind" => kind.as_str(), "result" => if result.is_ok() { "ok" } else { "error" }).increment(1);
             match result {
                 Ok(()) => {
                     tracing::info!(kind = kind.as_str(), object = %key, "Gateway object applied");
@@ -166,7 +166,7 @@ impl ServiceApplier {
                 Err(kube::Error::Api(s)) => s.code == 404,
                 Err(_) => false,
             };
-            counter!("aether_service_writes_total", "op" => "delete", "kind" => kind.as_str(), "result" => if ok { "ok" } else { "error" }).increment(1);
+            counter!(aether_proxy::telemetry::SERVICE_WRITES_TOTAL, "op" => "delete", "kind" => kind.as_str(), "result" => if ok { "ok" } else { "error" }).increment(1);
             if ok {
                 tracing::info!(kind = kind.as_str(), object = %key, "object of a removed Gateway (or listener family) deleted");
                 self.retries.succeeded(&(kind, key));

@@ -380,7 +380,7 @@ impl StatusWriter {
                 Err(kube::Error::Api(s)) if s.code == 409 => "conflict",
                 Err(_) => "error",
             };
-            counter!("aether_status_writes_total", "kind" => w.kind.as_str(), "result" => outcome)
+            counter!(aether_proxy::telemetry::STATUS_WRITES_TOTAL, "kind" => w.kind.as_str(), "result" => outcome)
                 .increment(1);
             match result {
                 Ok(new_rv) => {

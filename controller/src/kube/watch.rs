@@ -94,7 +94,7 @@ impl Shared {
             self.changed.notify_one();
         } else if let Some(svc) = service {
             interest.skipped.insert(svc);
-            counter!("aether_endpoint_events_ignored_total").increment(1);
+            counter!(aether_proxy::telemetry::ENDPOINT_EVENTS_IGNORED_TOTAL).increment(1);
         }
     }
 

@@ -22,13 +22,10 @@ use serde::{Serialize, Serializer};
 use crate::backend::BackendSet;
 use crate::hostmap::HostMap;
 
-pub const TCP_CONNECTIONS_TOTAL: &str = "aether_tcp_connections_total";
-pub const TCP_BYTES_TOTAL: &str = "aether_tcp_bytes_total";
-pub const TCP_REFUSED_TOTAL: &str = "aether_tcp_refused_total";
-pub const UDP_DATAGRAMS_TOTAL: &str = "aether_udp_datagrams_total";
-pub const UDP_FLOWS_TOTAL: &str = "aether_udp_flows_total";
-pub const UDP_FLOWS_ACTIVE: &str = "aether_udp_flows_active";
-pub const UDP_DROPPED_TOTAL: &str = "aether_udp_dropped_total";
+pub use crate::telemetry::{
+    TCP_BYTES_TOTAL, TCP_CONNECTIONS_TOTAL, TCP_REFUSED_TOTAL, UDP_DATAGRAMS_TOTAL,
+    UDP_DROPPED_TOTAL, UDP_FLOWS_ACTIVE, UDP_FLOWS_TOTAL,
+};
 
 /// One route's backends on one L4 socket.
 #[derive(Debug, Serialize)]

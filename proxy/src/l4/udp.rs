@@ -19,14 +19,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use metrics::{counter, gauge};
+use metrics::{Gauge, counter};
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{L4Stats, UDP_DROPPED_TOTAL, UDP_FLOWS_ACTIVE};
+use super::{L4Stats, UDP_DROPPED_TOTAL};
 use crate::backend::Pick;
 use crate::state::ProxyState;
+use crate::telemetry;
 
 /// The largest UDP payload.
 const MAX_DATAGRAM: usize = 65_535;
@@ -55,6 +56,8 @@ struct Flow {
     /// Milliseconds since the loop's epoch of the last datagram either way.
     last_seen: Arc<AtomicU64>,
     stats: L4Stats,
+    /// The listener's `aether_udp_flows_active` when the flow started.
+    active: Gauge,
 }
 
 fn dropped(reason: &'static str) {
@@ -75,7 +78,6 @@ pub async fn serve(
 ) {
     let socket = Arc::new(socket);
     let epoch = Instant::now();
-    let active = gauge!(UDP_FLOWS_ACTIVE, "listener" => local.to_string());
     let mut flows: HashMap<SocketAddr, Flow> = HashMap::new();
     let mut per_source: HashMap<IpAddr, usize> = HashMap::new();
     let (ended_tx, mut ended_rx) = mpsc::unbounded_channel::<(SocketAddr, u64)>();
@@ -86,9 +88,10 @@ pub async fn serve(
             () = cancel.cancelled() => break,
             Some((client, id)) = ended_rx.recv() => {
                 if flows.get(&client).is_some_and(|f| f.id == id) {
-                    flows.remove(&client);
+                    if let Some(flow) = flows.remove(&client) {
+                        flow.active.decrement(1.0);
+                    }
                     release(&mut per_source, client.ip());
-                    active.decrement(1.0);
                 }
                 continue;
             }
@@ -117,9 +120,8 @@ pub async fn serve(
         }
         // One Snapshot load per new flow; a flow keeps its backend for its life.
         let snapshot = state.snapshot.load();
-        let Some(target) = snapshot
-            .udp
-            .get(&local)
+        let listener = snapshot.udp.get(&local);
+        let Some(target) = listener
             .and_then(|l| l.l4.as_ref())
             .and_then(|r| r.lookup(None))
         else {
@@ -147,6 +149,10 @@ pub async fn serve(
             upstream: Arc::clone(&upstream),
             last_seen: Arc::new(AtomicU64::new(millis(epoch))),
             stats: target.stats.clone(),
+            active: listener.map_or_else(
+                || telemetry::udp_flows_active("none", &[]),
+                |l| telemetry::udp_flows_active(&l.gateway, &l.sections),
+            ),
         };
         flow.stats.flows.increment(1);
         send_upstream(&flow, datagram);
@@ -164,13 +170,15 @@ pub async fn serve(
             cancel.child_token(),
             ended_tx.clone(),
         ));
+        flow.active.increment(1.0);
         if let Entry::Vacant(v) = flows.entry(client) {
             v.insert(flow);
         }
         *per_source.entry(client.ip()).or_insert(0) += 1;
-        active.increment(1.0);
     }
-    active.decrement(flows.len() as f64);
+    for flow in flows.values() {
+        flow.active.decrement(1.0);
+    }
 }
 
 fn release(per_source: &mut HashMap<IpAddr, usize>, ip: IpAddr) {
