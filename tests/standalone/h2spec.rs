@@ -11,7 +11,7 @@
 //! where ALPN said h2, the same bytes are a connection error and the test passes.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use crate::common::*;
 
@@ -52,25 +52,7 @@ spec:
 /// h2spec's path; None (with the reason printed) when there is no Go toolchain to
 /// build it, unless CI's AETHER_REQUIRE_K8S=1 (Go-built test tools are required).
 fn h2spec() -> Result<Option<PathBuf>, BoxError> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/h2spec/install.sh");
-    let out = Command::new("bash")
-        .arg(script)
-        .stderr(Stdio::inherit())
-        .output()?;
-    match out.status.code() {
-        Some(0) => Ok(Some(PathBuf::from(String::from_utf8(out.stdout)?.trim()))),
-        Some(3) if std::env::var("AETHER_REQUIRE_K8S").is_ok_and(|v| v == "1") => Err(err(
-            "no Go toolchain, so no h2spec, and AETHER_REQUIRE_K8S=1",
-        )),
-        Some(3) => {
-            eprintln!("SKIPPED: no Go toolchain, so no h2spec");
-            Ok(None)
-        }
-        _ => Err(err(format!(
-            "tests/h2spec/install.sh failed: {}",
-            out.status
-        ))),
-    }
+    test_tool("tests/h2spec/install.sh", "no Go toolchain, so no h2spec")
 }
 
 /// Runs h2spec against `addr` and returns (cases run, cases not passed as

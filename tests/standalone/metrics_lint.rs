@@ -194,27 +194,10 @@ const PROCESS_METRICS: [&str; 6] = [
 /// promtool's path; None (with the reason printed) when it is missing and cannot be
 /// installed, unless CI's AETHER_REQUIRE_K8S=1 (the test tools are required there).
 fn promtool() -> Result<Option<PathBuf>, BoxError> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/promtool/install.sh");
-    let out = Command::new("bash")
-        .arg(script)
-        .stderr(Stdio::inherit())
-        .output()?;
-    match out.status.code() {
-        Some(0) => Ok(Some(PathBuf::from(String::from_utf8(out.stdout)?.trim()))),
-        Some(3) if std::env::var("AETHER_REQUIRE_K8S").is_ok_and(|v| v == "1") => Err(err(
-            "promtool is missing and cannot be installed, and AETHER_REQUIRE_K8S=1",
-        )),
-        Some(3) => {
-            eprintln!(
-                "SKIPPED: promtool is missing (Debian's prometheus package; tests/promtool/install.sh installs it as root)"
-            );
-            Ok(None)
-        }
-        _ => Err(err(format!(
-            "tests/promtool/install.sh failed: {}",
-            out.status
-        ))),
-    }
+    test_tool(
+        "tests/promtool/install.sh",
+        "promtool is missing (Debian's prometheus package; tests/promtool/install.sh installs it as root)",
+    )
 }
 
 /// Runs `promtool check metrics` on `text`: its exit status and everything it printed.

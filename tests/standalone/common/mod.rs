@@ -353,3 +353,25 @@ pub use mesh::*;
 pub use process::*;
 pub use tls::*;
 pub use tls_backend::*;
+
+/// A test tool's path from its install script (`tests/<tool>/install.sh` prints it).
+/// None, with `missing` printed, when the script exits 3 (the tool cannot be had on
+/// this machine), unless CI's AETHER_REQUIRE_K8S=1 requires the test tools.
+pub fn test_tool(script: &str, missing: &str) -> Result<Option<PathBuf>, BoxError> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
+    let out = Command::new("bash")
+        .arg(path)
+        .stderr(Stdio::inherit())
+        .output()?;
+    match out.status.code() {
+        Some(0) => Ok(Some(PathBuf::from(String::from_utf8(out.stdout)?.trim()))),
+        Some(3) if std::env::var("AETHER_REQUIRE_K8S").is_ok_and(|v| v == "1") => {
+            Err(err(format!("{missing}, and AETHER_REQUIRE_K8S=1")))
+        }
+        Some(3) => {
+            eprintln!("SKIPPED: {missing}");
+            Ok(None)
+        }
+        _ => Err(err(format!("{script} failed: {}", out.status))),
+    }
+}
