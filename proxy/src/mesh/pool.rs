@@ -96,15 +96,7 @@ pub struct Lease(Arc<Conn>);
 impl Lease {
     /// Sends `req` on the leased connection; the slot is freed with the response head.
     pub async fn send(self, req: Request<Body>) -> Result<Response<Incoming>, UpstreamError> {
-        let mut sender = self.0.sender.clone();
-        sender
-            .ready()
-            .await
-            .map_err(|e| UpstreamError::Request(e.into()))?;
-        sender
-            .send_request(req)
-            .await
-            .map_err(|e| UpstreamError::Request(e.into()))
+        crate::upstream::h2pool::send(self.0.sender.clone(), req).await
     }
 }
 
