@@ -3,7 +3,6 @@
 //! following a ConfigMap that appears after the policy.
 
 use gateway_api::backendtlspolicies::BackendTlsPolicy;
-use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::{Api, Client};
@@ -15,15 +14,7 @@ use crate::{apply, edge, eventually};
 const NS: &str = "btls";
 
 async fn objects(client: &Client) {
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), NS),
-        "gw",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "gw", "namespace": NS},
-               "spec": {"gatewayClassName": "aether",
-                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
-    )
-    .await;
+    crate::http_gateway(client, NS).await;
     apply(
         &Api::<Service>::namespaced(client.clone(), NS),
         "secure",

@@ -11,7 +11,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{apply, edge, eventually};
+use crate::{edge, eventually};
 
 const NS: &str = "stock";
 const LEFT_OUT: &str = "routability is not reported";
@@ -42,15 +42,7 @@ async fn gateway_status_fits_the_installed_crd_stock_then_patched() -> Result<()
     };
     let client = cluster.client().await?;
     crate::class_and_namespaces(&client, &[NS]).await;
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), NS),
-        "gw",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "gw", "namespace": NS},
-               "spec": {"gatewayClassName": "aether",
-                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
-    )
-    .await;
+    crate::http_gateway(&client, NS).await;
     let _edge = edge(&cluster, "127.0.0.65", "stock");
     let services = Api::<Service>::namespaced(client.clone(), NS);
     eventually("gw's Service", || async {

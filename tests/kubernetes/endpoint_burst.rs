@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -88,15 +87,7 @@ async fn a_thousand_slice_updates_are_served_throughout_and_recompile_one_route(
         .await;
     }
     echo_slice(&client, &BACKENDS).await;
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), NS),
-        "gw",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "gw", "namespace": NS},
-               "spec": {"gatewayClassName": "aether",
-                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
-    )
-    .await;
+    crate::http_gateway(&client, NS).await;
     route(&client, "echo", "echo.example.com", "echo").await;
     apply(
         &Api::<HttpRoute>::namespaced(client.clone(), NS),

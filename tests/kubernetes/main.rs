@@ -164,6 +164,19 @@ where
     .unwrap_or_else(|e| panic!("apply {name}: {e}"));
 }
 
+/// Gateway `gw` in `ns` of class `aether`, with one HTTP listener on port 80.
+async fn http_gateway(client: &Client, ns: &str) {
+    apply(
+        &Api::<Gateway>::namespaced(client.clone(), ns),
+        "gw",
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+               "metadata": {"name": "gw", "namespace": ns},
+               "spec": {"gatewayClassName": "aether",
+                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+    )
+    .await;
+}
+
 /// The GatewayClass `aether` (ours), the namespaces `namespaces`, and `aether-system`
 /// (the edge's: it holds the writer Lease).
 async fn class_and_namespaces(client: &Client, namespaces: &[&str]) {
