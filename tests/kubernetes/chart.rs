@@ -117,9 +117,7 @@ fn args_are_accepted(cluster: &Cluster, yaml: &str) -> Result<(), BoxError> {
             None => a.to_owned(),
         })
         .collect();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+    let port = crate::free_port();
     let mut child = Command::new(env!("CARGO_BIN_EXE_aether-edge"))
         .args(&args)
         .arg(format!("--admin=127.0.0.1:{port}"))

@@ -2,7 +2,6 @@
 //! built once by `tests/k8s/build.sh`, started per test with its own ports, certs and
 //! data, with the official Gateway API CRDs installed. Killed on drop.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,6 +12,8 @@ use kube::api::{Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+
+use crate::ports::free_port;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -137,10 +138,6 @@ fn from_script(script: &str, what: &str) -> Result<Option<PathBuf>, BoxError> {
     }
 }
 
-fn free_port() -> Result<u16, BoxError> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
 impl Cluster {
     /// Starts etcd and the apiserver, waits until it serves, installs the CRDs with
     /// the chart's GEP-5093 patch.
@@ -192,7 +189,7 @@ impl Cluster {
                 "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  users: [{USER}]\n  verbs: [create, update, patch, delete]\n- level: None\n"
             ),
         )?;
-        let (client_port, peer_port, secure_port) = (free_port()?, free_port()?, free_port()?);
+        let (client_port, peer_port, secure_port) = (free_port(), free_port(), free_port());
         let log = |name: &str| -> Result<Stdio, BoxError> {
             Ok(std::fs::File::create(d.join(name))?.into())
         };

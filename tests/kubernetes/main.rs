@@ -14,6 +14,7 @@ mod dedicated;
 mod endpoint_burst;
 mod l4;
 mod listenerset;
+mod ports;
 mod rbac;
 mod replicas;
 mod restart;
@@ -23,7 +24,7 @@ mod secrets;
 mod shared;
 
 use std::future::Future;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -43,8 +44,8 @@ use cluster::{BoxError, Cluster};
 
 /// Unusual, so the proxies' internal ports clash with nothing else, and below Linux's
 /// ephemeral range (32768-60999): a port from there can be taken by any outgoing
-/// connection or `free_port()` (an etcd or apiserver port) of a test running beside,
-/// and a full-suite run did see an edge fail to bind one. Tests run at once and
+/// connection of a test running beside, and a full-suite run did see an edge fail to
+/// bind one. `free_port()` stays below this range (see ports.rs). Tests run at once and
 /// compute the same ports for Gateways of the same name, so each test binds them on a
 /// loopback address of its own (127.0.0.51 and up).
 const RANGE: &str = "27100-27199";
@@ -58,12 +59,7 @@ impl Drop for Proc {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
-}
+use ports::free_port;
 
 fn edge(cluster: &Cluster, listen: &str, label: &str) -> Proc {
     edge_with(cluster, listen, label, &[])
