@@ -22,10 +22,54 @@ use crate::route_ext::HttpRouteExt;
 /// `namespace/name` of a namespaced object. The reconciler copies keys into every map
 /// that remembers something per object, on every run: shared strings make a copy two
 /// count increments instead of two allocations.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+///
+/// Keys copied from one another share their strings, and the reconciler compares such
+/// copies on every run (its memos against the Store): equal pointers answer without
+/// reading the strings.
+#[derive(Debug, Clone)]
 pub struct ObjectKey {
     pub namespace: Arc<str>,
     pub name: Arc<str>,
+}
+
+fn same_str(a: &Arc<str>, b: &Arc<str>) -> bool {
+    Arc::ptr_eq(a, b) || a == b
+}
+
+fn cmp_str(a: &Arc<str>, b: &Arc<str>) -> std::cmp::Ordering {
+    if Arc::ptr_eq(a, b) {
+        std::cmp::Ordering::Equal
+    } else {
+        a.cmp(b)
+    }
+}
+
+impl PartialEq for ObjectKey {
+    fn eq(&self, other: &Self) -> bool {
+        same_str(&self.name, &other.name) && same_str(&self.namespace, &other.namespace)
+    }
+}
+
+impl Eq for ObjectKey {}
+
+/// By content, as equality is (shared pointers are only a shortcut to it).
+impl std::hash::Hash for ObjectKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.namespace.hash(state);
+        self.name.hash(state);
+    }
+}
+
+impl Ord for ObjectKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        cmp_str(&self.namespace, &other.namespace).then_with(|| cmp_str(&self.name, &other.name))
+    }
+}
+
+impl PartialOrd for ObjectKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
 }
 
 impl ObjectKey {

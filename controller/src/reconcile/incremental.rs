@@ -19,9 +19,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use foldhash::HashMap;
-use std::collections::hash_map::Entry;
-
 use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
@@ -33,7 +30,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::backend::{BackendCache, BackendResolver};
 use super::route::{Attached, RouteModel};
-use super::translate::TranslateMemo;
+use super::translate::{RouteActions, TranslateMemo};
 use super::{Addressing, Outcome, Settings};
 use crate::route_ext::HttpRouteExt;
 use crate::store::{ObjectKey, Store};
@@ -69,16 +66,10 @@ impl Reconciler {
 /// What one run keeps for the next.
 #[derive(Default)]
 pub(super) struct Memo {
-    http_routes: HashMap<ObjectKey, CachedRoute>,
-    grpc_routes: HashMap<ObjectKey, CachedRoute>,
-    /// How many cached routes resolved each Service: the endpoint interest of routes
-    /// not compiled again.
-    interest: BTreeMap<ObjectKey, usize>,
+    pub(super) routes: RouteMemo,
     backends: BackendCache,
     seen: Seen,
     pub(super) translate: TranslateMemo,
-    /// What the last run did again rather than reuse.
-    pub(super) redone: Redone,
 }
 
 /// Counts of work a run did rather than reuse: what a change cost, for logs and
@@ -91,15 +82,38 @@ pub struct Redone {
     pub attached: usize,
 }
 
-struct CachedRoute {
+/// Per route, what was derived from it. Kept in key order, like the Store's maps, so
+/// a run finds what changed by walking both side by side (a pointer comparison per
+/// route) and hands the phases after it each route's entry without a lookup.
+#[derive(Default)]
+pub(super) struct RouteMemo {
+    http: BTreeMap<ObjectKey, CachedRoute>,
+    grpc: BTreeMap<ObjectKey, CachedRoute>,
+    /// How many cached routes resolved each Service: the endpoint interest of routes
+    /// not compiled again.
+    interest: BTreeMap<ObjectKey, usize>,
+    /// What the last run did again rather than reuse.
+    pub(super) redone: Redone,
+}
+
+pub(super) struct CachedRoute {
     object: Arc<HttpRoute>,
     ext: Option<HttpRouteExt>,
-    model: Arc<RouteModel>,
+    pub(super) model: Arc<RouteModel>,
     /// The Services its compile resolved, sorted (usually one: a one-element BTreeSet
     /// would hold a node of eleven).
     referenced: Box<[ObjectKey]>,
     /// Its attachment, decided on the Gateway side as it stood then.
     attached: Option<Attached>,
+    /// Its rule actions per Gateway it serves on, for the Snapshot (see `translate`).
+    pub(super) actions: RouteActions,
+}
+
+impl CachedRoute {
+    /// Its attachment; set by [`RouteMemo::attach`] for every route it returns.
+    pub(super) fn attached(&self) -> Option<&Attached> {
+        self.attached.as_ref()
+    }
 }
 
 /// The inputs as the last run saw them. Holding the `Arc`s keeps those objects alive,
@@ -202,7 +216,6 @@ pub(super) struct Changes {
 impl Memo {
     /// Compares the Store with what the last run saw, and remembers it.
     pub(super) fn observe(&mut self, store: &Store) -> Changes {
-        self.redone = Redone::default();
         let mut services = BTreeSet::new();
         diff(&self.seen.services, &store.services, |k, _, _| {
             services.insert(k.clone());
@@ -256,84 +269,68 @@ impl Memo {
     pub(super) fn keep_backends(&mut self, cache: BackendCache) {
         self.backends = cache;
     }
+}
 
-    /// Phase: HTTPRoutes then GRPCRoutes (in HTTPRoute form), each in key order,
-    /// compiled again only when stale.
-    pub(super) fn compile_routes<'s>(
-        &mut self,
+impl RouteMemo {
+    /// Phase: HTTPRoutes then GRPCRoutes (in HTTPRoute form), each brought up to date
+    /// with the Store (compiled again only when stale), then each attached (decided
+    /// again only where the decision is stale). Returns every route's entry in key
+    /// order, HTTPRoutes first, each with its attachment set.
+    pub(super) fn attach<'m, 's>(
+        &'m mut self,
         store: &'s Store,
         changes: &Changes,
         resolver: &mut BackendResolver<'s>,
-    ) -> Vec<(Arc<RouteModel>, &'s HttpRoute)> {
-        let mut routes = Vec::with_capacity(store.http_routes.len() + store.grpc_routes.len());
+        gateway_side: GatewaySideRefs<'_, '_>,
+    ) -> Vec<&'m mut CachedRoute> {
+        self.redone = Redone::default();
+        let exts = &store.http_route_ext;
+        let ext_of = |k: &ObjectKey| (!exts.is_empty()).then(|| exts.get(k)).flatten();
         let mut work = Work {
             interest: &mut self.interest,
             redone: &mut self.redone,
             changes,
             resolver,
         };
-        // Entries are updated where they stand: a route that stays costs one lookup.
-        for (key, route) in &store.http_routes {
-            let ext = store.http_route_ext.get(key);
-            let entry = work.compiled(&mut self.http_routes, "HTTPRoute", key, route, ext);
-            routes.push((Arc::clone(&entry.model), &**route));
+        work.sync(&mut self.http, "HTTPRoute", &store.http_routes, ext_of);
+        work.sync(&mut self.grpc, "GRPCRoute", &store.grpc_routes, |_| None);
+        let mut routes = Vec::with_capacity(self.http.len() + self.grpc.len());
+        for c in self.http.values_mut().chain(self.grpc.values_mut()) {
+            if changes.gateway_side {
+                c.attached = None;
+            }
+            if c.attached.is_none() {
+                self.redone.attached += 1;
+                let attached = super::route::attach_route(
+                    store,
+                    gateway_side.sets,
+                    gateway_side.controller_name,
+                    &c.model,
+                    &c.object,
+                    gateway_side.gateways,
+                );
+                // Actions for a Gateway the route no longer serves on are not needed.
+                c.actions
+                    .retain(|gw| attached.placements.iter().any(|p| p.gateway == *gw));
+                c.attached = Some(attached);
+            }
+            routes.push(c);
         }
-        work.forget_gone(&mut self.http_routes, store.http_routes.len(), |k| {
-            store.http_routes.contains_key(k)
-        });
-        for (key, route) in &store.grpc_routes {
-            let entry = work.compiled(&mut self.grpc_routes, "GRPCRoute", key, route, None);
-            routes.push((Arc::clone(&entry.model), &**route));
-        }
-        work.forget_gone(&mut self.grpc_routes, store.grpc_routes.len(), |k| {
-            store.grpc_routes.contains_key(k)
-        });
         routes
     }
 
     /// The Services the cached routes resolved.
-    pub(super) fn route_interest(&self) -> impl Iterator<Item = &ObjectKey> {
+    pub(super) fn interest(&self) -> impl Iterator<Item = &ObjectKey> {
         self.interest.keys()
     }
+}
 
-    /// Phase: every route attached, deciding again only where the decision is stale.
-    pub(super) fn attach_routes(
-        &mut self,
-        store: &Store,
-        sets: &super::listenerset::ListenerSets,
-        controller_name: &str,
-        routes: &[(Arc<RouteModel>, &HttpRoute)],
-        gateways: &mut BTreeMap<ObjectKey, super::gateway::GatewayModel<'_>>,
-    ) -> Vec<Arc<gateway_api::httproutes::HttpRouteStatus>> {
-        let mut statuses = Vec::with_capacity(routes.len());
-        for (index, (model, route)) in routes.iter().enumerate() {
-            let cache = match model.kind {
-                "GRPCRoute" => &mut self.grpc_routes,
-                _ => &mut self.http_routes,
-            };
-            let fresh;
-            let attached = match cache.get_mut(&model.key) {
-                Some(entry) => &*entry.attached.get_or_insert_with(|| {
-                    self.redone.attached += 1;
-                    super::route::attach_route(store, sets, controller_name, model, route, gateways)
-                }),
-                None => {
-                    fresh = super::route::attach_route(
-                        store,
-                        sets,
-                        controller_name,
-                        model,
-                        route,
-                        gateways,
-                    );
-                    &fresh
-                }
-            };
-            super::route::place(index, &attached.placements, gateways);
-            statuses.push(Arc::clone(&attached.status));
-        }
-        statuses
-    }
+/// What attaching a route reads besides the route.
+#[derive(Clone, Copy)]
+pub(super) struct GatewaySideRefs<'a, 'g> {
+    pub sets: &'a super::listenerset::ListenerSets,
+    pub controller_name: &'a str,
+    pub gateways: &'a BTreeMap<ObjectKey, super::gateway::GatewayModel<'g>>,
 }
 
 /// What compiling routes again needs besides the cache it updates.
@@ -345,37 +342,68 @@ struct Work<'w, 's> {
 }
 
 impl Work<'_, '_> {
-    /// The cache entry of `key`, compiled again first unless it still stands.
-    fn compiled<'c>(
+    /// Brings `cache` up to date with `current`: entries of routes that went are
+    /// dropped, routes that are new or stale are compiled. Both maps are in key order,
+    /// so one walk side by side finds them; a route that stays costs a comparison.
+    fn sync<'e>(
         &mut self,
-        cache: &'c mut HashMap<ObjectKey, CachedRoute>,
+        cache: &mut BTreeMap<ObjectKey, CachedRoute>,
         kind: &'static str,
-        key: &ObjectKey,
-        route: &Arc<HttpRoute>,
-        ext: Option<&HttpRouteExt>,
-    ) -> &'c CachedRoute {
-        let stands = |c: &CachedRoute| {
-            !self.changes.all_stale
+        current: &BTreeMap<ObjectKey, Arc<HttpRoute>>,
+        ext_of: impl Fn(&ObjectKey) -> Option<&'e HttpRouteExt>,
+    ) {
+        let changes = self.changes;
+        let stands = |c: &CachedRoute, route: &Arc<HttpRoute>, ext: Option<&HttpRouteExt>| {
+            !changes.all_stale
                 && Arc::ptr_eq(&c.object, route)
                 && c.ext.as_ref() == ext
-                && !c
-                    .referenced
-                    .iter()
-                    .any(|s| self.changes.services.contains(s))
+                && (changes.services.is_empty()
+                    || !c.referenced.iter().any(|s| changes.services.contains(s)))
         };
-        // A key copy is two count increments (`ObjectKey` shares its strings).
-        match cache.entry(key.clone()) {
-            Entry::Occupied(e) => {
-                let c = e.into_mut();
-                if !stands(c) {
-                    forget_interest(self.interest, c);
-                    *c = self.compile(kind, key, route, ext);
-                } else if self.changes.gateway_side {
-                    c.attached = None;
+        let mut stale: Vec<(&ObjectKey, &Arc<HttpRoute>)> = Vec::new();
+        let mut gone: Vec<ObjectKey> = Vec::new();
+        let mut old = cache.iter().peekable();
+        let mut new = current.iter().peekable();
+        loop {
+            match (old.peek(), new.peek()) {
+                (None, None) => break,
+                (Some((ko, c)), Some((kn, route))) => match ko.cmp(kn) {
+                    std::cmp::Ordering::Less => {
+                        gone.push((*ko).clone());
+                        old.next();
+                    }
+                    std::cmp::Ordering::Greater => {
+                        stale.push((kn, route));
+                        new.next();
+                    }
+                    std::cmp::Ordering::Equal => {
+                        if !stands(c, route, ext_of(kn)) {
+                            stale.push((kn, route));
+                        }
+                        old.next();
+                        new.next();
+                    }
+                },
+                (Some((ko, _)), None) => {
+                    gone.push((*ko).clone());
+                    old.next();
                 }
-                c
+                (None, Some((kn, route))) => {
+                    stale.push((kn, route));
+                    new.next();
+                }
             }
-            Entry::Vacant(e) => e.insert(self.compile(kind, key, route, ext)),
+        }
+        for key in gone {
+            if let Some(c) = cache.remove(&key) {
+                forget_interest(self.interest, &c);
+            }
+        }
+        for (key, route) in stale {
+            let fresh = self.compile(kind, key, route, ext_of(key));
+            if let Some(c) = cache.insert(key.clone(), fresh) {
+                forget_interest(self.interest, &c);
+            }
         }
     }
 
@@ -399,28 +427,8 @@ impl Work<'_, '_> {
             model: Arc::new(model),
             referenced,
             attached: None,
+            actions: RouteActions::default(),
         }
-    }
-
-    /// Drops the entries of routes no longer in the Store. The cache holds every
-    /// current route after a pass, so it is larger exactly when some went.
-    fn forget_gone(
-        &mut self,
-        cache: &mut HashMap<ObjectKey, CachedRoute>,
-        current_len: usize,
-        current: impl Fn(&ObjectKey) -> bool,
-    ) {
-        if cache.len() == current_len {
-            return;
-        }
-        let interest = &mut *self.interest;
-        cache.retain(|k, c| {
-            let keep = current(k);
-            if !keep {
-                forget_interest(interest, c);
-            }
-            keep
-        });
     }
 }
 

@@ -28,6 +28,7 @@ mod translate;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use aether_proxy::Snapshot;
 use gateway_api::gatewayclasses::GatewayClassStatus;
@@ -189,24 +190,31 @@ fn run(
 
     let changes = memo.observe(store);
     let mut resolver = backend::BackendResolver::with_cache(store, memo.take_backends(&changes));
-    let routes = memo.compile_routes(store, &changes, &mut resolver);
-    let route_parents = memo.attach_routes(
+    let mut routes = memo.routes.attach(
         store,
-        &sets,
-        &settings.controller_name,
-        &routes,
-        &mut models,
+        &changes,
+        &mut resolver,
+        incremental::GatewaySideRefs {
+            sets: &sets,
+            controller_name: &settings.controller_name,
+            gateways: &models,
+        },
     );
+    for (index, c) in routes.iter().enumerate() {
+        if let Some(attached) = c.attached() {
+            route::place(index, &attached.placements, &mut models);
+        }
+    }
     // Routes come in key order, HTTPRoutes first: each map is built from sorted
     // entries in one pass rather than by an insert per route.
     let mut reported = routes
         .iter()
-        .zip(route_parents)
-        .filter(|(_, status)| !status.parents.is_empty())
-        .map(|((model, _), status)| {
+        .filter_map(|c| Some((&c.model, c.attached()?)))
+        .filter(|(_, attached)| !attached.status.parents.is_empty())
+        .map(|(model, attached)| {
             let entry = ObjectStatus {
                 generation: model.generation,
-                status,
+                status: Arc::clone(&attached.status),
             };
             (model.kind == "GRPCRoute", (model.key.clone(), entry))
         })
@@ -215,6 +223,7 @@ fn run(
         .map(|(_, e)| e)
         .collect();
     statuses.grpc_routes = reported.map(|(_, e)| e).collect();
+    let route_count = routes.len();
 
     let l4_routes: Vec<_> = store
         .l4_routes
@@ -252,7 +261,16 @@ fn run(
         _ => None,
     };
     let internal = served.as_ref();
-    let mut snapshot = memo.translate.snapshot(&models, &routes, internal);
+    let mut views: Vec<translate::RouteView<'_>> = routes
+        .iter_mut()
+        .map(|c| translate::RouteView {
+            model: &c.model,
+            actions: &mut c.actions,
+        })
+        .collect();
+    let mut snapshot = memo.translate.snapshot(&models, &mut views, internal);
+    drop(views);
+    drop(routes);
     l4_translate::add_listeners(&mut snapshot, &models, &l4_routes, internal);
     let (set_statuses, attached_sets) = listenerset::statuses(&sets, &models);
     statuses.listener_sets = set_statuses;
@@ -287,7 +305,7 @@ fn run(
         );
     }
     let mut endpoint_interest = resolver.referenced().clone();
-    endpoint_interest.extend(memo.route_interest().cloned());
+    endpoint_interest.extend(memo.routes.interest().cloned());
     match addressing {
         Addressing::InternalPorts { service, .. } | Addressing::SharedService { service, .. } => {
             endpoint_interest.insert(service.edge_service.clone());
@@ -296,9 +314,9 @@ fn run(
     }
     memo.keep_backends(resolver.into_cache());
     tracing::debug!(
-        routes = routes.len(),
-        compiled = memo.redone.compiled,
-        attached = memo.redone.attached,
+        routes = route_count,
+        compiled = memo.routes.redone.compiled,
+        attached = memo.routes.redone.attached,
         all_stale = changes.all_stale,
         gateway_side = changes.gateway_side,
         services_changed = changes.services.len(),
@@ -319,7 +337,7 @@ fn run(
         statuses,
         services,
         endpoint_interest,
-        redone: memo.redone,
+        redone: memo.routes.redone,
     }
 }
 

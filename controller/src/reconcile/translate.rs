@@ -12,41 +12,59 @@ use aether_proxy::telemetry::RouteStats;
 use aether_proxy::tls::TlsCerts;
 use aether_proxy::{Listener, Snapshot};
 use foldhash::{HashMap, HashMapExt};
-use gateway_api::httproutes::HttpRoute;
 
 use super::gateway::GatewayModel;
 use super::route::RouteModel;
 use crate::store::ObjectKey;
 
 /// What translation keeps from one Snapshot to the next: a rebuilt Snapshot shares the
-/// rule actions of every route whose model is unchanged and the virtual host of every
-/// hostname whose routes are unchanged. An empty memo builds everything.
+/// virtual host of every hostname whose routes' actions are unchanged (the actions
+/// themselves are kept per route, in [`RouteActions`]). An empty memo builds everything.
 ///
 /// Entries are updated where they stand and marked with the run that used them; only a
-/// run that used fewer entries than a map holds sweeps it. A route or hostname that
-/// stays costs one lookup per run.
+/// run that used fewer entries than a map holds sweeps it. A hostname that stays costs
+/// one lookup per run.
 #[derive(Default)]
 pub struct TranslateMemo {
     run: u64,
-    /// Per Gateway, per route: the actions built for the route model held.
-    actions: HashMap<ObjectKey, RouteActions>,
     /// Per socket, per hostname (`""` for any host): the virtual host and the actions
     /// it was built from, in order.
     vhosts: HashMap<SocketAddr, HostTables>,
 }
 
-/// Per route of one Gateway, the actions built for its model.
-type RouteActions = HashMap<ObjectKey, Built>;
+/// A route as translation sees it: its model, and the actions built for it, which
+/// translation fills for the Gateways it serves on and later runs reuse.
+pub struct RouteView<'r> {
+    pub model: &'r Arc<RouteModel>,
+    pub actions: &'r mut RouteActions,
+}
+
+/// Per Gateway a route serves on (usually one), its rule actions there. Kept with the
+/// route, so they go when the route is compiled again or removed.
+#[derive(Default)]
+pub struct RouteActions(Vec<(ObjectKey, Arc<Actions>)>);
+
+impl RouteActions {
+    /// Keeps the actions of the Gateways `keep` names.
+    pub fn retain(&mut self, keep: impl Fn(&ObjectKey) -> bool) {
+        self.0.retain(|(gw, _)| keep(gw));
+    }
+
+    /// The actions on Gateway `key` (named `gateway` in metrics), built if missing.
+    fn on(&mut self, key: &ObjectKey, gateway: &str, route: &RouteModel) -> Arc<Actions> {
+        if let Some((_, acts)) = self.0.iter().find(|(gw, _)| gw == key) {
+            return Arc::clone(acts);
+        }
+        let acts = Arc::new(rule_actions(gateway, route));
+        self.0.push((key.clone(), Arc::clone(&acts)));
+        acts
+    }
+}
+
 /// Per hostname of one socket, its virtual host.
 type HostTables = HashMap<Box<str>, Host>;
 /// A route attached for a hostname, with its actions there.
 type Contribution = (Arc<RouteModel>, Arc<Actions>);
-
-struct Built {
-    model: Arc<RouteModel>,
-    actions: Arc<Actions>,
-    used: u64,
-}
 
 struct Host {
     /// The actions the virtual host was built from, in order.
@@ -65,7 +83,7 @@ impl TranslateMemo {
     pub fn snapshot(
         &mut self,
         gateways: &BTreeMap<ObjectKey, GatewayModel<'_>>,
-        routes: &[(Arc<RouteModel>, &HttpRoute)],
+        routes: &mut [RouteView<'_>],
         internal_ports: Option<&BTreeMap<ObjectKey, BTreeMap<u16, u16>>>,
     ) -> Snapshot {
         self.run += 1;
@@ -79,8 +97,6 @@ impl TranslateMemo {
         for model in gateways.values() {
             let Ok(ip) = model.address else { continue };
             let gateway: Arc<str> = model.key.to_string().into();
-            let actions = self.actions.entry(model.key.clone()).or_default();
-            let mut used = 0;
             for listener in model.listeners.iter().filter(|l| l.usable() && !l.is_l4()) {
                 let Some(port) = listener.port() else {
                     continue;
@@ -105,34 +121,19 @@ impl TranslateMemo {
                     plan.client_auth.get_or_insert_with(|| Arc::clone(auth));
                 }
                 for att in &listener.attachments {
-                    let Some((route, _)) = routes.get(att.route) else {
+                    let Some(view) = routes.get_mut(att.route) else {
                         continue;
                     };
-                    // Runs count from 1, so a fresh entry reads as not yet used.
-                    let built = actions.entry(route.key.clone()).or_insert_with(|| Built {
-                        model: Arc::clone(route),
-                        actions: Arc::new(rule_actions(&gateway, route)),
-                        used: 0,
-                    });
-                    if !Arc::ptr_eq(&built.model, route) {
-                        built.model = Arc::clone(route);
-                        built.actions = Arc::new(rule_actions(&gateway, route));
-                    }
-                    if built.used != run {
-                        built.used = run;
-                        used += 1;
-                    }
+                    let acts = view.actions.on(&model.key, &gateway, view.model);
                     for host in att.hostnames.iter() {
                         plan.hosts
                             .entry(host.as_deref().unwrap_or(""))
                             .or_default()
-                            .push((Arc::clone(route), Arc::clone(&built.actions)));
+                            .push((Arc::clone(view.model), Arc::clone(&acts)));
                     }
                 }
             }
-            sweep(actions, used, |b| b.used == run);
         }
-        self.actions.retain(|k, _| gateways.contains_key(k));
         for (addr, plan) in sockets {
             let tables = self.vhosts.entry(addr).or_default();
             let mut used = 0;
