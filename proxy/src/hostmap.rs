@@ -2,7 +2,13 @@
 //! wildcard (`*.example.com` matches one or more labels, never `example.com`), then the
 //! entry for any host. Route tables and TLS certificates both pick this way.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+
+// foldhash rather than SipHash: every request looks its Host up here, and a route
+// table with thousands of names is rebuilt on a change. The keys come from
+// configuration, never from a peer, and the hasher is seeded per process; a request
+// only looks up, so it cannot grow a chain.
+use foldhash::HashMap;
 
 #[derive(Debug, Clone)]
 pub struct HostMap<T> {
@@ -15,8 +21,8 @@ pub struct HostMap<T> {
 impl<T> Default for HostMap<T> {
     fn default() -> Self {
         Self {
-            exact: HashMap::new(),
-            wildcard: HashMap::new(),
+            exact: HashMap::default(),
+            wildcard: HashMap::default(),
             any: None,
         }
     }
@@ -26,19 +32,29 @@ impl<T> HostMap<T> {
     /// Stores `value` under `hostname` (`None`: any host; `*.x`: a wildcard), compared
     /// case-insensitively. The first value stored for a name is kept.
     pub fn insert_first(&mut self, hostname: Option<&str>, value: T) {
-        match hostname.map(str::to_ascii_lowercase) {
-            None => {
-                self.any.get_or_insert(value);
-            }
-            Some(h) => match h.strip_prefix('*') {
-                Some(suffix) => {
-                    self.wildcard.entry(suffix.into()).or_insert(value);
-                }
-                None => {
-                    self.exact.entry(h.into()).or_insert(value);
-                }
-            },
+        let Some(h) = hostname else {
+            self.any.get_or_insert(value);
+            return;
+        };
+        // Names from the reconciler are lower-case already: fold only when needed, and
+        // allocate the key only when it is new.
+        let h = if h.bytes().any(|b| b.is_ascii_uppercase()) {
+            Cow::Owned(h.to_ascii_lowercase())
+        } else {
+            Cow::Borrowed(h)
+        };
+        let (map, key) = match h.strip_prefix('*') {
+            Some(suffix) => (&mut self.wildcard, suffix),
+            None => (&mut self.exact, &*h),
+        };
+        if !map.contains_key(key) {
+            map.insert(key.into(), value);
         }
+    }
+
+    /// Room for `additional` more exact names without growing.
+    pub fn reserve(&mut self, additional: usize) {
+        self.exact.reserve(additional);
     }
 
     /// The value for `host`, which must be lower-case and without a port; `None` (no

@@ -125,7 +125,9 @@ impl RouteTable {
     pub fn from_hosts<'h>(
         hosts: impl IntoIterator<Item = (Option<&'h str>, Arc<VirtualHost>)>,
     ) -> Self {
+        let hosts = hosts.into_iter();
         let mut table = RouteTable::default();
+        table.hosts.reserve(hosts.size_hint().0);
         for (host, vhost) in hosts {
             table.hosts.insert_first(host, vhost);
         }
