@@ -26,7 +26,9 @@ pub mod state;
 pub mod telemetry;
 pub mod tls;
 pub mod upstream;
+pub mod workers;
 
 pub use limits::Limits;
 pub use listener::{BindFailure, ListenerManager};
 pub use snapshot::{Listener, Protocol, Snapshot};
+pub use workers::Workers;

@@ -43,3 +43,4 @@ mod tls_mixed;
 mod tls_passthrough;
 mod tls_terminate;
 mod upgrade;
+mod workers;
