@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 
-use crate::snapshot::Snapshot;
 use crate::mesh::MeshClient;
+use crate::snapshot::Snapshot;
 use crate::upstream::{UpstreamSettings, Upstreams};
 
 /// State shared by every listener and connection.

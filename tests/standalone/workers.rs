@@ -7,7 +7,8 @@
 //! same socket has a chance of 2^-39).
 
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http_body_util::Full;

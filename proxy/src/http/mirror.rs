@@ -17,8 +17,8 @@ use metrics::counter;
 
 use super::outbound;
 use crate::filters::Mirror;
-use crate::upstream::Upstreams;
 use crate::telemetry::{MIRROR_REQUESTS_TOTAL, MIRROR_SKIPPED_TOTAL};
+use crate::upstream::Upstreams;
 
 /// A mirror that hangs must not hold resources for long.
 const MIRROR_TIMEOUT: Duration = Duration::from_secs(10);
