@@ -19,6 +19,7 @@ pub mod limits;
 pub mod listener;
 pub mod mesh;
 pub mod overload;
+pub mod resumption;
 pub mod retry;
 pub mod routing;
 pub mod snapshot;

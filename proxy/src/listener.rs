@@ -17,8 +17,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::client_auth::ClientAuth;
 use crate::connection::Connections;
 use crate::limits::{ConnectionSlots, Limits, Refusal};
+use crate::resumption::Resumption;
 use crate::snapshot::Snapshot;
 use crate::state::ProxyState;
 use crate::upstream::Upstreams;
@@ -42,6 +44,14 @@ struct Running {
     cancel: CancellationToken,
     /// A TCP listener's accept loop on every worker, or a UDP socket's one task.
     tasks: Vec<JoinHandle<()>>,
+    /// TCP: the TLS sessions of the address, and the client validation they were made
+    /// under.
+    tls: Option<SocketTls>,
+}
+
+struct SocketTls {
+    resumption: Arc<Resumption>,
+    client_auth: Option<Arc<ClientAuth>>,
 }
 
 pub struct ListenerManager {
@@ -115,7 +125,18 @@ impl ListenerManager {
     /// background. Sockets that could not be bound are returned and retried on the
     /// next call.
     pub fn apply(&mut self, snapshot: Arc<Snapshot>) -> Vec<BindFailure> {
+        // rustls resumes a session without asking the verifier again: a listener whose
+        // client validation changes forgets its sessions. Before the swap, so nothing
+        // made under the old validation resumes under the new; after it too, for
+        // sessions made by handshakes still running under the old one meanwhile.
+        let revalidate = self.validation_changed(&snapshot);
+        for r in &revalidate {
+            r.invalidate();
+        }
         self.state.snapshot.store(Arc::clone(&snapshot));
+        for r in &revalidate {
+            r.invalidate();
+        }
         let gone: Vec<SocketAddr> = self
             .running
             .keys()
@@ -139,7 +160,7 @@ impl ListenerManager {
             if self.running.contains_key(addr) {
                 continue;
             }
-            match self.start_tcp(*addr) {
+            match self.start_tcp(*addr, &snapshot) {
                 Ok(running) => {
                     let retried = self.failing.remove(&(Transport::Tcp, *addr)).is_some();
                     tracing::info!(%addr, retried, workers = running.tasks.len(), "listener bound");
@@ -152,9 +173,31 @@ impl ListenerManager {
         failures
     }
 
+    /// The session stores of running sockets whose listener's client validation is
+    /// not the one their sessions were made under (added, removed or replaced).
+    fn validation_changed(&mut self, snapshot: &Snapshot) -> Vec<Arc<Resumption>> {
+        let mut changed = Vec::new();
+        for (addr, running) in &mut self.running {
+            let Some(tls) = running.tls.as_mut() else {
+                continue;
+            };
+            let now = snapshot.listener(addr).and_then(|l| l.client_auth.clone());
+            let same = match (&tls.client_auth, &now) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            };
+            if !same {
+                tls.client_auth = now;
+                changed.push(Arc::clone(&tls.resumption));
+            }
+        }
+        changed
+    }
+
     /// Binds one `SO_REUSEPORT` socket per worker at `addr` and starts each worker's
     /// accept loop on it; the kernel spreads new connections over them.
-    fn start_tcp(&self, addr: SocketAddr) -> std::io::Result<Running> {
+    fn start_tcp(&self, addr: SocketAddr, snapshot: &Snapshot) -> std::io::Result<Running> {
         // All bound before any serves: a bind failing part-way leaves nothing behind.
         let mut sockets = Vec::with_capacity(self.workers.len());
         for worker in &self.workers {
@@ -167,6 +210,7 @@ impl ListenerManager {
             Arc::clone(&self.total_slots),
             self.limits.max_connections_per_listener,
         );
+        let resumption = Resumption::new().map_err(std::io::Error::other)?;
         let cancel = CancellationToken::new();
         let tasks = self
             .workers
@@ -181,13 +225,22 @@ impl ListenerManager {
                         upstreams: Arc::clone(&worker.upstreams),
                         limits: Arc::clone(&self.limits),
                         slots: slots.clone(),
+                        resumption: Arc::clone(&resumption),
                     },
                     cancel.clone(),
                     self.drain_timeout,
                 ))
             })
             .collect();
-        Ok(Running { cancel, tasks })
+        let client_auth = snapshot.listener(&addr).and_then(|l| l.client_auth.clone());
+        Ok(Running {
+            cancel,
+            tasks,
+            tls: Some(SocketTls {
+                resumption,
+                client_auth,
+            }),
+        })
     }
 
     /// Brings the UDP sockets in line with `snapshot`, like the TCP ones.
@@ -231,6 +284,7 @@ impl ListenerManager {
                         Running {
                             cancel,
                             tasks: vec![task],
+                            tls: None,
                         },
                     );
                 }
@@ -321,6 +375,8 @@ struct SocketPlan {
     upstreams: Arc<Upstreams>,
     limits: Arc<Limits>,
     slots: ConnectionSlots,
+    /// TLS sessions, shared by every worker's socket at this address.
+    resumption: Arc<Resumption>,
 }
 
 async fn serve(
@@ -335,12 +391,13 @@ async fn serve(
         upstreams,
         limits,
         slots,
+        resumption,
     } = socket;
     // Labelled by what the socket serves, looked up again at every accept: a reload
     // may fold another listener into this socket.
     let mut stats: Option<telemetry::ListenerStats> = None;
     let graceful = GracefulShutdown::new();
-    let tls = match tls::server_config(Arc::clone(&state), local) {
+    let tls = match tls::server_config(Arc::clone(&state), local, &resumption) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(%local, error = %e, "cannot build the TLS configuration");

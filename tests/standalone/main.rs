@@ -33,6 +33,7 @@ mod metrics_lint;
 mod ops;
 mod readiness;
 mod reload;
+mod resumption;
 mod retry;
 mod retry_body;
 mod routing;
