@@ -22,7 +22,9 @@ use crate::publish::Publisher;
 /// Editors write in bursts; one reconcile per burst.
 pub(crate) const SETTLE: Duration = Duration::from_millis(100);
 
-pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+/// `workers`: the data-plane runtimes the listeners are served on (see
+/// `aether_proxy::workers`); this future runs on the control plane's runtime.
+pub async fn run(args: RunArgs, workers: &[tokio::runtime::Handle]) -> anyhow::Result<()> {
     let prometheus = crate::metrics::install()?;
     let proxy = ProxyState::new(
         &UpstreamSettings {
@@ -59,8 +61,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         controller_name: args.controller_name.clone(),
         address_pool: args.address_pool,
     };
-    let manager =
-        ListenerManager::new(Arc::clone(&proxy), args.drain_timeout, args.limits.limits());
+    let manager = ListenerManager::new(
+        Arc::clone(&proxy),
+        workers,
+        args.drain_timeout,
+        args.limits.limits(),
+    );
     let mut publisher = Publisher::new(manager, Arc::clone(&admin));
     if args.kubernetes {
         crate::kubernetes::run(&args, settings, &mut publisher).await?;

@@ -110,6 +110,14 @@ pub struct RunArgs {
     #[arg(long, default_value = "127.0.1.0/24", value_name = "CIDR")]
     pub address_pool: IpNet,
 
+    /// Data-plane workers: single-threaded runtimes on threads of their own, each
+    /// with its own socket on every TCP listener (SO_REUSEPORT: the kernel spreads
+    /// connections over them) and its own upstream connections, like nginx's worker
+    /// processes. The control plane (watches, reconcile, status, admin, metrics) runs
+    /// on a thread of its own beside them. Default: the CPUs the process may run on.
+    #[arg(long, value_name = "N")]
+    pub workers: Option<std::num::NonZeroUsize>,
+
     /// Admin server: /readyz, /metrics, /config_dump, /status.
     #[arg(long, default_value = "127.0.0.1:9901", value_name = "ADDR")]
     pub admin: SocketAddr,

@@ -4,6 +4,7 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use aether_edge::cli::{Cli, Command, LogFormat};
+use aether_proxy::Workers;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -19,12 +20,30 @@ fn main() -> ExitCode {
 }
 
 fn run(command: Command) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
     match command {
-        Command::Run(args) => runtime.block_on(aether_edge::app::run(*args)),
-        Command::Echo(args) => runtime.block_on(aether_edge::echo::run(args)),
+        Command::Run(args) => {
+            let count = args.workers.unwrap_or_else(Workers::default_count);
+            let workers = Workers::spawn(count)?;
+            tracing::info!(workers = count.get(), "data-plane workers started");
+            // The control plane's own runtime: one thread (plus this one, which drives
+            // the sources and the publisher), so watches, reconciles and admin
+            // scrapes never take a data-plane worker's thread, and never wait for one.
+            let control = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name("aether-control")
+                .enable_all()
+                .build()?;
+            let result = control.block_on(aether_edge::app::run(*args, workers.handles()));
+            // The listeners have drained; stop the control plane's tasks, then the
+            // workers (joining their threads, outside any runtime).
+            drop(control);
+            drop(workers);
+            result
+        }
+        Command::Echo(args) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?
+            .block_on(aether_edge::echo::run(args)),
     }
 }
 

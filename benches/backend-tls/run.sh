@@ -11,7 +11,7 @@
 # Upstream: nginx answering 200 "ok" from memory (1 worker). Load: wrk, HTTP/1.1
 # keep-alive, BENCH_CONNECTIONS [64] connections, BENCH_DURATION [5] s per measurement,
 # BENCH_ROUNDS [3] interleaved rounds, medians. Pinning (BENCH_PIN [1]): aether-edge on
-# CPU 1 (TOKIO_WORKER_THREADS=1); wrk and nginx on CPU 0. Appends a section to
+# CPU 1 (`--workers 1`); wrk and nginx on CPU 0. Appends a section to
 # benches/backend-tls/RESULTS.md unless BENCH_RECORD=0. About 1 minute.
 set -euo pipefail
 
@@ -117,7 +117,7 @@ YAML
 } >manifests/bench.yaml
 
 start 0 nginx -c "$run/nginx.conf" -p "$run" >nginx.log 2>&1
-start 1 env TOKIO_WORKER_THREADS=1 RUST_LOG=warn "$BIN" run --manifests manifests --admin $ADMIN >edge.log 2>&1
+start 1 env RUST_LOG=warn "$BIN" run --workers 1 --manifests manifests --admin $ADMIN >edge.log 2>&1
 for _ in $(seq 100); do
   curl -fsS -H 'Host: tls.example' "http://$GW:8080/" >/dev/null 2>&1 && curl -fsS -H 'Host: plain.example' "http://$GW:8080/" >/dev/null 2>&1 && break
   sleep 0.1

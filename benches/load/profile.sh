@@ -4,7 +4,7 @@
 #
 #   benches/load/profile.sh BIN NAME
 #
-# Runs a one-worker nginx upstream (CPU 0), BIN with one tokio worker (CPU 1) and the
+# Runs a one-worker nginx upstream (CPU 0), BIN with one worker (CPU 1) and the
 # benchmark's route, and wrk (64 connections, CPU 0) for 14 s; `perf record -g` samples
 # the proxy for 8 s of it. Writes target/bench-profile/NAME/{perf.data,flat.txt,dso.txt}
 # (flat: self time per symbol; dso: kernel / binary / libc split). Loopback only; every
@@ -54,8 +54,12 @@ cleanup() {
 trap cleanup EXIT
 taskset -c 0 nginx -c "$out/upstream.conf" &
 pids+=($!)
+# One data-plane worker: `--workers 1` where the build has it, else (earlier builds)
+# one tokio worker thread.
+workers=()
+if "$bin" run --help 2>/dev/null | grep -q -- '--workers'; then workers=(--workers 1); fi
 taskset -c 1 env TOKIO_WORKER_THREADS=1 RUST_LOG=warn "$bin" run --manifests "$out/aether" \
-  --admin "127.0.0.1:$admin_port" >"$out/aether.log" 2>&1 &
+  --admin "127.0.0.1:$admin_port" "${workers[@]}" >"$out/aether.log" 2>&1 &
 proxy=$!
 pids+=("$proxy")
 for _ in $(seq 50); do

@@ -143,15 +143,19 @@ def render(run_dir):
         + f", Envoy {meta['envoy']}, nginx {meta['nginx']}, "
         f"HAProxy {meta['haproxy']}; load: wrk {meta['wrk']}, h2load {meta['h2load']}."
     )
+    proxy_cpus = meta.get("proxy_cpus", "1")
     pin = (
-        "proxy pinned to CPU 1, load generator and upstream (nginx, 1 worker) to CPU 0"
+        f"proxy pinned to CPU {proxy_cpus}, load generator and upstream (nginx, 1 worker) to CPU 0"
         if meta["pin"] == "1"
         else "no CPU pinning"
     )
+    workers = meta["aether_workers"]
+    if meta.get("base") and meta.get("aether_base_workers", workers) != workers:
+        workers += f", base {meta['aether_base_workers']}"
     out.append(
         f"Settings: {meta['rounds']} interleaved rounds x {meta['duration']} s "
         f"(after {meta['warmup']} s warm-up), medians shown; {pin}; one worker per proxy "
-        f"(aether-edge: TOKIO_WORKER_THREADS={meta['aether_workers']}); load average {meta['loadavg_start']} at start, "
+        f"(aether-edge workers: {workers}); load average {meta['loadavg_start']} at start, "
         f"{meta['loadavg_end']} at end."
     )
     out.append("")
@@ -168,7 +172,7 @@ def render(run_dir):
             "leaves idle, so on the load CPU it is mostly harmless; on the proxy CPU, above "
             "a few % means the proxy was starved by a busy, shared machine and its req/s "
             "and latency are lower bounds."
-            if meta["pin"] == "1"
+            if meta["pin"] == "1" and proxy_cpus == "1"
             else ", across all CPUs."
         )
     )
@@ -244,7 +248,7 @@ def render(run_dir):
             failed = len(notes.get(target, []))
             if failed:
                 rounds += f"; {failed} failed round(s)"
-            if meta["pin"] != "1":
+            if meta["pin"] != "1" or proxy_cpus != "1":
                 noise = f"{noise_load:.0f}%"
             elif target == "direct":
                 noise = f"{noise_load:.0f}% / –"

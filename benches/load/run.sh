@@ -30,7 +30,14 @@
 #   BENCH_PORT_BASE [28400]   ports BASE..BASE+49 on 127.0.0.1 are used
 #   BENCH_PIN [1]             1: proxy under test on CPU 1, load generator and upstream
 #                             on CPU 0 (needs 2 CPUs); 0: no pinning
-#   AETHER_WORKERS [1]        TOKIO_WORKER_THREADS for aether-edge
+#   BENCH_PROXY_CPUS [1]      with BENCH_PIN=1, the CPUs the proxies run on: "0,1" for a
+#                             multi-worker run (the load generator then shares CPU 0,
+#                             and others' CPU is counted across both CPUs)
+#   AETHER_WORKERS [1]        aether-edge's data-plane workers (`--workers`; builds
+#                             without the flag get TOKIO_WORKER_THREADS instead)
+#   AETHER_BASE_WORKERS       the same for target "base" [AETHER_WORKERS]: with
+#                             AETHER_BASE_BIN = AETHER_BIN, a scaling run in one set of
+#                             rounds
 #   AETHER_BIN                use this binary instead of building
 #   AETHER_BASE_BIN           an earlier aether-edge build, measured in the same rounds
 #                             as target "base" (same manifests, its own ports): a
@@ -58,16 +65,19 @@ H2_STREAMS=${BENCH_H2_STREAMS:-8}
 PORT_BASE=${BENCH_PORT_BASE:-28400}
 PIN=${BENCH_PIN:-1}
 AETHER_WORKERS=${AETHER_WORKERS:-1}
+AETHER_BASE_WORKERS=${AETHER_BASE_WORKERS:-$AETHER_WORKERS}
+PROXY_CPUS=${BENCH_PROXY_CPUS:-1}
 TOOLS_DIR=${BENCH_TOOLS_DIR:-$root/target/bench-tools}
 RECORD=${BENCH_RECORD:-1}
 ENVOY_VERSION=1.40.0
 LOAD_CPU=0
-PROXY_CPU=1
+PROXY_CPU=$PROXY_CPUS
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-for v in DURATION ROUNDS WARMUP CONNS H2_CONNS H2_STREAMS PORT_BASE AETHER_WORKERS; do
+[[ $PROXY_CPUS =~ ^[0-9]+(,[0-9]+)*$ ]] || die "BENCH_PROXY_CPUS must be a list like 1 or 0,1"
+for v in DURATION ROUNDS WARMUP CONNS H2_CONNS H2_STREAMS PORT_BASE AETHER_WORKERS AETHER_BASE_WORKERS; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a whole number (got '${!v}')"
 done
 ((DURATION > 0 && ROUNDS > 0)) || die "BENCH_DURATION and BENCH_ROUNDS must be > 0"
@@ -261,7 +271,7 @@ noise() {
   local elapsed=$(((b[0] - a[0]) / 10000000)) c0 c1 up px lg load prox
   ((elapsed > 0)) || elapsed=1
   c0=$((b[1] - a[1])) c1=$((b[2] - a[2])) up=$((b[3] - a[3])) px=$((b[4] - a[4])) lg=$((b[5] - a[5]))
-  if [[ $PIN == 1 ]]; then
+  if [[ $PIN == 1 && $PROXY_CPUS == 1 ]]; then
     load=$(((c0 - up - lg) * 100 / elapsed))
     prox=$(((c1 - px) * 100 / elapsed))
   else
@@ -387,6 +397,18 @@ start_upstream() {
   wait_http upstream "http://127.0.0.1:$UP_PORT/"
 }
 
+# start_aether NAME BIN WORKERS MANIFESTS ADMIN_PORT: `--workers` where BIN has the
+# flag; earlier builds ran one multi-threaded runtime sized by TOKIO_WORKER_THREADS
+# (which the new control-plane runtime ignores: it sets its own size).
+start_aether() {
+  local name=$1 bin=$2 workers=$3 flags=()
+  if "$bin" run --help 2>/dev/null | grep -q -- '--workers'; then
+    flags=(--workers "$workers")
+  fi
+  start "$name" "$PROXY_CPU" env TOKIO_WORKER_THREADS="$workers" RUST_LOG="${RUST_LOG:-warn}" \
+    "$bin" run --manifests "$4" --admin "127.0.0.1:$5" "${flags[@]}"
+}
+
 start_proxy() {
   case $1 in
     direct) ;;
@@ -404,16 +426,13 @@ start_proxy() {
       wait_http haproxy "http://127.0.0.1:$HAPROXY_PORT/"
       ;;
     aether)
-      start aether "$PROXY_CPU" env TOKIO_WORKER_THREADS="$AETHER_WORKERS" \
-        RUST_LOG="${RUST_LOG:-warn}" "$AETHER_BIN" run --manifests "$RUN_DIR/aether" \
-        --admin "127.0.0.1:$AETHER_ADMIN_PORT"
+      start_aether aether "$AETHER_BIN" "$AETHER_WORKERS" "$RUN_DIR/aether" "$AETHER_ADMIN_PORT"
       wait_http aether "http://127.0.0.1:$AETHER_ADMIN_PORT/readyz"
       wait_http aether "http://127.0.0.1:$AETHER_PORT/"
       ;;
     base)
-      start base "$PROXY_CPU" env TOKIO_WORKER_THREADS="$AETHER_WORKERS" \
-        RUST_LOG="${RUST_LOG:-warn}" "$AETHER_BASE_BIN" run --manifests "$RUN_DIR/aether-base" \
-        --admin "127.0.0.1:$BASE_ADMIN_PORT"
+      start_aether base "$AETHER_BASE_BIN" "$AETHER_BASE_WORKERS" "$RUN_DIR/aether-base" \
+        "$BASE_ADMIN_PORT"
       wait_http base "http://127.0.0.1:$BASE_ADMIN_PORT/readyz"
       wait_http base "http://127.0.0.1:$BASE_PORT/"
       ;;
@@ -602,6 +621,8 @@ done
   echo "h2_streams=$H2_STREAMS"
   echo "pin=$PIN"
   echo "aether_workers=$AETHER_WORKERS"
+  echo "aether_base_workers=$AETHER_BASE_WORKERS"
+  echo "proxy_cpus=$PROXY_CPUS"
   echo "loadavg_start=$LOADAVG_START"
   echo "loadavg_end=$(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$RUN_DIR/meta.txt"

@@ -10,7 +10,7 @@
 # Upstream: nginx answering 200 "ok" from memory (1 worker). Load: wrk, HTTP/1.1
 # keep-alive, BENCH_CONNECTIONS [64] connections, BENCH_DURATION [5] s per measurement,
 # BENCH_ROUNDS [3] interleaved rounds (plain, mesh, plain, ...), medians reported.
-# Pinning (BENCH_PIN [1]): aether-edge on CPU 1 (TOKIO_WORKER_THREADS=1); wrk, nginx and
+# Pinning (BENCH_PIN [1]): aether-edge on CPU 1 (`--workers 1`); wrk, nginx and
 # Envoy on CPU 0. Certificates: openssl, a throwaway CA and SPIFFE X.509-SVIDs.
 # Appends a section to benches/mesh/RESULTS.md unless BENCH_RECORD=0. About 1 minute.
 set -euo pipefail
@@ -146,7 +146,7 @@ done
 "$ENVOY" --mode validate -c envoy.yaml >validate.log 2>&1 || { cat validate.log; die "envoy config invalid"; }
 start 0 nginx -c "$run/nginx.conf" -p "$run" >nginx.log 2>&1
 start 0 "$ENVOY" -c envoy.yaml --concurrency 1 --disable-hot-restart -l warning >envoy.log 2>&1
-start 1 env TOKIO_WORKER_THREADS=1 RUST_LOG=warn "$BIN" run --manifests manifests --admin $ADMIN --mesh \
+start 1 env RUST_LOG=warn "$BIN" run --workers 1 --manifests manifests --admin $ADMIN --mesh \
   --mesh-svid-cert edge.crt --mesh-svid-key edge.key --mesh-bundle ca.crt >edge.log 2>&1
 for _ in $(seq 100); do
   curl -fsS -H 'Host: mesh.example' "http://$GW:8080/" >/dev/null 2>&1 && curl -fsS -H 'Host: plain.example' "http://$GW:8080/" >/dev/null 2>&1 && break

@@ -23,6 +23,7 @@ use crate::http::{ConnInfo, handle};
 use crate::limits::Slot;
 use crate::state::ProxyState;
 use crate::telemetry;
+use crate::upstream::Upstreams;
 
 /// A client that has not finished its TLS handshake by then is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -31,6 +32,8 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct Connections {
     pub state: Arc<ProxyState>,
+    /// The upstream pools of the worker this socket belongs to.
+    pub upstreams: Arc<Upstreams>,
     pub local: SocketAddr,
     pub builder: auto::Builder<TokioExecutor>,
     /// The same, HTTP/2 only: for connections that agreed on `h2` by ALPN.
@@ -70,7 +73,7 @@ impl Connections {
                     listener.and_then(|l| Some((l.protocol, Arc::clone(l.l4.as_ref()?)))),
                 )
             };
-            let info = ConnInfo::new(this.local, peer);
+            let info = ConnInfo::new(this.local, peer, Arc::clone(&this.upstreams));
             if let Some((protocol, routes)) = l4 {
                 // Held while bytes flow, so a removed listener's drain waits for it.
                 let _watcher = watcher;

@@ -19,6 +19,7 @@ pub mod limits;
 pub mod listener;
 pub mod mesh;
 pub mod overload;
+pub mod resumption;
 pub mod retry;
 pub mod routing;
 pub mod snapshot;
@@ -26,7 +27,9 @@ pub mod state;
 pub mod telemetry;
 pub mod tls;
 pub mod upstream;
+pub mod workers;
 
 pub use limits::Limits;
 pub use listener::{BindFailure, ListenerManager};
 pub use snapshot::{Listener, Protocol, Snapshot};
+pub use workers::Workers;

@@ -1,5 +1,7 @@
 //! The listener manager: binds the sockets a Snapshot asks for, keeps unchanged ones
 //! (and their connections) untouched across reloads, and drains the ones that go.
+//! Every TCP listener is one `SO_REUSEPORT` socket per data-plane worker
+//! ([`crate::workers`]), each accepted and served on its worker's thread.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -9,15 +11,19 @@ use std::time::Duration;
 use hyper_util::server::graceful::GracefulShutdown;
 use socket2::{Domain, Protocol as SockProtocol, Socket, Type};
 use tokio::net::TcpListener;
+use tokio::runtime::Handle;
 use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::client_auth::ClientAuth;
 use crate::connection::Connections;
 use crate::limits::{ConnectionSlots, Limits, Refusal};
+use crate::resumption::Resumption;
 use crate::snapshot::Snapshot;
 use crate::state::ProxyState;
+use crate::upstream::Upstreams;
 use crate::{telemetry, tls};
 
 /// A socket the Snapshot wants but that could not be bound.
@@ -27,9 +33,25 @@ pub struct BindFailure {
     pub reason: String,
 }
 
+/// One data-plane worker as the manager sees it: the runtime its sockets are
+/// registered with and served on, and its own upstream pools.
+struct Worker {
+    runtime: Handle,
+    upstreams: Arc<Upstreams>,
+}
+
 struct Running {
     cancel: CancellationToken,
-    task: JoinHandle<()>,
+    /// A TCP listener's accept loop on every worker, or a UDP socket's one task.
+    tasks: Vec<JoinHandle<()>>,
+    /// TCP: the TLS sessions of the address, and the client validation they were made
+    /// under.
+    tls: Option<SocketTls>,
+}
+
+struct SocketTls {
+    resumption: Arc<Resumption>,
+    client_auth: Option<Arc<ClientAuth>>,
 }
 
 pub struct ListenerManager {
@@ -38,6 +60,11 @@ pub struct ListenerManager {
     limits: Arc<Limits>,
     /// Connection slots shared by every listener.
     total_slots: Arc<Semaphore>,
+    workers: Vec<Worker>,
+    /// The worker the next UDP socket goes to. A UDP socket is one flow table (its
+    /// per-listener and per-source limits count every flow), so it is served by one
+    /// worker, and UDP listeners are dealt out over the workers in turn.
+    next_udp: usize,
     running: HashMap<SocketAddr, Running>,
     /// UDP sockets, apart: a UDP and a TCP listener may share an address.
     running_udp: HashMap<SocketAddr, Running>,
@@ -55,12 +82,38 @@ enum Transport {
 const BACKLOG: i32 = 1024;
 
 impl ListenerManager {
-    pub fn new(state: Arc<ProxyState>, drain_timeout: Duration, limits: Limits) -> Self {
+    /// `workers` are the data-plane runtimes ([`crate::workers`]): every TCP listener
+    /// gets a socket on each, and each gets its own upstream pools. Empty: the runtime
+    /// this is called on is the only worker (it must be called on one then).
+    pub fn new(
+        state: Arc<ProxyState>,
+        workers: &[Handle],
+        drain_timeout: Duration,
+        limits: Limits,
+    ) -> Self {
+        let runtimes = if workers.is_empty() {
+            vec![Handle::current()]
+        } else {
+            workers.to_vec()
+        };
+        let workers = runtimes
+            .into_iter()
+            .map(|runtime| {
+                // The pools' idle reaper runs on the runtime current at creation.
+                let upstreams = {
+                    let _entered = runtime.enter();
+                    Arc::new(state.worker_upstreams())
+                };
+                Worker { runtime, upstreams }
+            })
+            .collect();
         Self {
             state,
             drain_timeout,
             total_slots: Arc::new(Semaphore::new(limits.max_connections)),
             limits: Arc::new(limits),
+            workers,
+            next_udp: 0,
             running: HashMap::new(),
             running_udp: HashMap::new(),
             failing: HashMap::new(),
@@ -72,7 +125,18 @@ impl ListenerManager {
     /// background. Sockets that could not be bound are returned and retried on the
     /// next call.
     pub fn apply(&mut self, snapshot: Arc<Snapshot>) -> Vec<BindFailure> {
+        // rustls resumes a session without asking the verifier again: a listener whose
+        // client validation changes forgets its sessions. Before the swap, so nothing
+        // made under the old validation resumes under the new; after it too, for
+        // sessions made by handshakes still running under the old one meanwhile.
+        let revalidate = self.validation_changed(&snapshot);
+        for r in &revalidate {
+            r.invalidate();
+        }
         self.state.snapshot.store(Arc::clone(&snapshot));
+        for r in &revalidate {
+            r.invalidate();
+        }
         let gone: Vec<SocketAddr> = self
             .running
             .keys()
@@ -96,32 +160,87 @@ impl ListenerManager {
             if self.running.contains_key(addr) {
                 continue;
             }
-            match bind(*addr) {
-                Ok(listener) => {
+            match self.start_tcp(*addr, &snapshot) {
+                Ok(running) => {
                     let retried = self.failing.remove(&(Transport::Tcp, *addr)).is_some();
-                    tracing::info!(%addr, retried, "listener bound");
-                    let cancel = CancellationToken::new();
-                    let task = tokio::spawn(serve(
-                        listener,
-                        SocketPlan {
-                            local: *addr,
-                            state: Arc::clone(&self.state),
-                            limits: Arc::clone(&self.limits),
-                            slots: ConnectionSlots::new(
-                                Arc::clone(&self.total_slots),
-                                self.limits.max_connections_per_listener,
-                            ),
-                        },
-                        cancel.clone(),
-                        self.drain_timeout,
-                    ));
-                    self.running.insert(*addr, Running { cancel, task });
+                    tracing::info!(%addr, retried, workers = running.tasks.len(), "listener bound");
+                    self.running.insert(*addr, running);
                 }
                 Err(e) => failures.push(self.bind_failed(Transport::Tcp, *addr, &e)),
             }
         }
         self.apply_udp(&snapshot, &mut failures);
         failures
+    }
+
+    /// The session stores of running sockets whose listener's client validation is
+    /// not the one their sessions were made under (added, removed or replaced).
+    fn validation_changed(&mut self, snapshot: &Snapshot) -> Vec<Arc<Resumption>> {
+        let mut changed = Vec::new();
+        for (addr, running) in &mut self.running {
+            let Some(tls) = running.tls.as_mut() else {
+                continue;
+            };
+            let now = snapshot.listener(addr).and_then(|l| l.client_auth.clone());
+            let same = match (&tls.client_auth, &now) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            };
+            if !same {
+                tls.client_auth = now;
+                changed.push(Arc::clone(&tls.resumption));
+            }
+        }
+        changed
+    }
+
+    /// Binds one `SO_REUSEPORT` socket per worker at `addr` and starts each worker's
+    /// accept loop on it; the kernel spreads new connections over them.
+    fn start_tcp(&self, addr: SocketAddr, snapshot: &Snapshot) -> std::io::Result<Running> {
+        // All bound before any serves: a bind failing part-way leaves nothing behind.
+        let mut sockets = Vec::with_capacity(self.workers.len());
+        for worker in &self.workers {
+            // Registered with the worker's reactor, which is the thread that polls it.
+            let _entered = worker.runtime.enter();
+            sockets.push(bind(addr)?);
+        }
+        // One limit per listener, whichever worker accepted the connection.
+        let slots = ConnectionSlots::new(
+            Arc::clone(&self.total_slots),
+            self.limits.max_connections_per_listener,
+        );
+        let resumption = Resumption::new().map_err(std::io::Error::other)?;
+        let cancel = CancellationToken::new();
+        let tasks = self
+            .workers
+            .iter()
+            .zip(sockets)
+            .map(|(worker, listener)| {
+                worker.runtime.spawn(serve(
+                    listener,
+                    SocketPlan {
+                        local: addr,
+                        state: Arc::clone(&self.state),
+                        upstreams: Arc::clone(&worker.upstreams),
+                        limits: Arc::clone(&self.limits),
+                        slots: slots.clone(),
+                        resumption: Arc::clone(&resumption),
+                    },
+                    cancel.clone(),
+                    self.drain_timeout,
+                ))
+            })
+            .collect();
+        let client_auth = snapshot.listener(&addr).and_then(|l| l.client_auth.clone());
+        Ok(Running {
+            cancel,
+            tasks,
+            tls: Some(SocketTls {
+                resumption,
+                client_auth,
+            }),
+        })
     }
 
     /// Brings the UDP sockets in line with `snapshot`, like the TCP ones.
@@ -138,22 +257,36 @@ impl ListenerManager {
             if self.running_udp.contains_key(addr) {
                 continue;
             }
-            match std::net::UdpSocket::bind(addr)
-                .and_then(|s| s.set_nonblocking(true).map(|()| s))
-                .and_then(tokio::net::UdpSocket::from_std)
-            {
+            let runtime = self.workers[self.next_udp % self.workers.len()]
+                .runtime
+                .clone();
+            let bound = {
+                let _entered = runtime.enter();
+                std::net::UdpSocket::bind(addr)
+                    .and_then(|s| s.set_nonblocking(true).map(|()| s))
+                    .and_then(tokio::net::UdpSocket::from_std)
+            };
+            match bound {
                 Ok(socket) => {
+                    self.next_udp = self.next_udp.wrapping_add(1);
                     let retried = self.failing.remove(&(Transport::Udp, *addr)).is_some();
                     tracing::info!(%addr, retried, "UDP listener bound");
                     let cancel = CancellationToken::new();
-                    let task = tokio::spawn(crate::l4::udp::serve(
+                    let task = runtime.spawn(crate::l4::udp::serve(
                         socket,
                         *addr,
                         Arc::clone(&self.state),
                         self.limits.udp,
                         cancel.clone(),
                     ));
-                    self.running_udp.insert(*addr, Running { cancel, task });
+                    self.running_udp.insert(
+                        *addr,
+                        Running {
+                            cancel,
+                            tasks: vec![task],
+                            tls: None,
+                        },
+                    );
                 }
                 Err(e) => failures.push(self.bind_failed(Transport::Udp, *addr, &e)),
             }
@@ -200,8 +333,10 @@ impl ListenerManager {
             r.cancel.cancel();
         }
         for (addr, r) in self.running.drain().chain(self.running_udp.drain()) {
-            if let Err(e) = r.task.await {
-                tracing::warn!(%addr, error = %e, "listener task ended abnormally");
+            for task in r.tasks {
+                if let Err(e) = task.await {
+                    tracing::warn!(%addr, error = %e, "listener task ended abnormally");
+                }
             }
         }
     }
@@ -218,9 +353,10 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     )?;
     // Lets a restarted edge rebind while old connections sit in TIME_WAIT.
     socket.set_reuse_address(true)?;
-    // Lets a new edge process bind the same listeners while the old one drains (a
+    // Gives every worker of this process a socket of its own on the same address,
+    // and lets a new edge process bind the same listeners while the old one drains (a
     // hitless restart or upgrade on one host): the kernel spreads new connections over
-    // both until the old one closes its socket. Only sockets of the same user that
+    // all of them until the old one closes its sockets. Only sockets of the same user that
     // also ask for it can join, so a foreign process on the port still makes the bind
     // fail (and be reported).
     #[cfg(unix)]
@@ -235,8 +371,12 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 struct SocketPlan {
     local: SocketAddr,
     state: Arc<ProxyState>,
+    /// The pools of the worker the socket belongs to.
+    upstreams: Arc<Upstreams>,
     limits: Arc<Limits>,
     slots: ConnectionSlots,
+    /// TLS sessions, shared by every worker's socket at this address.
+    resumption: Arc<Resumption>,
 }
 
 async fn serve(
@@ -248,14 +388,16 @@ async fn serve(
     let SocketPlan {
         local,
         state,
+        upstreams,
         limits,
         slots,
+        resumption,
     } = socket;
     // Labelled by what the socket serves, looked up again at every accept: a reload
     // may fold another listener into this socket.
     let mut stats: Option<telemetry::ListenerStats> = None;
     let graceful = GracefulShutdown::new();
-    let tls = match tls::server_config(Arc::clone(&state), local) {
+    let tls = match tls::server_config(Arc::clone(&state), local, &resumption) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(%local, error = %e, "cannot build the TLS configuration");
@@ -269,6 +411,7 @@ async fn serve(
     };
     let connections = Connections {
         state: Arc::clone(&state),
+        upstreams,
         local,
         builder: limits.server_builder(),
         builder_h2: limits.server_builder().http2_only(),

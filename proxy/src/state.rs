@@ -1,11 +1,14 @@
-//! The state every listener, connection and request shares: the current Snapshot
-//! (one atomic load per request), the process's flags, and the upstream pools.
+//! The state every worker, listener, connection and request shares: the current
+//! Snapshot (one atomic load per request), the process's flags, and what the workers'
+//! upstream pools are built from. The pools themselves are per worker
+//! ([`crate::workers`]); only mesh mode's client, which holds the SVID, is shared.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 
+use crate::mesh::MeshClient;
 use crate::snapshot::Snapshot;
 use crate::upstream::{UpstreamSettings, Upstreams};
 
@@ -15,7 +18,10 @@ pub struct ProxyState {
     pub draining: AtomicBool,
     /// Set while the process is over its memory budget: new work is refused.
     pub shedding: AtomicBool,
-    pub(crate) upstreams: Upstreams,
+    upstream_settings: UpstreamSettings,
+    /// Mesh mode's client: one SVID and one pool of mTLS HTTP/2 connections for every
+    /// worker, as each connection carries many streams.
+    mesh: Option<Arc<MeshClient>>,
     /// Proxies in front of the edge whose `x-forwarded-for` entries are trusted.
     pub trusted_hops: usize,
     /// Largest request body a client may announce with Content-Length; more is 413
@@ -29,10 +35,20 @@ impl ProxyState {
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
             draining: AtomicBool::new(false),
             shedding: AtomicBool::new(false),
-            upstreams: Upstreams::new(settings),
+            upstream_settings: settings.clone(),
+            mesh: settings
+                .mesh
+                .as_ref()
+                .map(|m| Arc::new(MeshClient::new(m, settings.connect_timeout))),
             trusted_hops,
             max_request_body: AtomicU64::new(0),
         })
+    }
+
+    /// A worker's own upstream pools. Call it on that worker's runtime: the pools'
+    /// idle reaper runs on the runtime current at creation.
+    pub(crate) fn worker_upstreams(&self) -> Upstreams {
+        Upstreams::new(&self.upstream_settings, self.mesh.clone())
     }
 
     pub fn is_draining(&self) -> bool {
@@ -43,7 +59,7 @@ impl ProxyState {
     pub fn not_ready(&self) -> Option<&'static str> {
         if self.is_draining() {
             Some("draining\n")
-        } else if !self.upstreams.is_ready() {
+        } else if !self.mesh.as_ref().is_none_or(|m| m.identity().is_ready()) {
             Some("no mesh identity (SVID) yet\n")
         } else {
             None

@@ -22,6 +22,7 @@ use serde::{Serialize, Serializer};
 
 use crate::client_auth::SnapshotClientVerifier;
 use crate::hostmap::HostMap;
+use crate::resumption::Resumption;
 use crate::state::ProxyState;
 
 /// Why a certificate and key can't be served.
@@ -117,10 +118,12 @@ impl ResolvesServerCert for SnapshotResolver {
     }
 }
 
-/// The TLS configuration of the socket bound at `local`.
+/// The TLS configuration of the socket bound at `local`; `resumption` is shared by every
+/// socket bound there.
 pub fn server_config(
     state: Arc<ProxyState>,
     local: SocketAddr,
+    resumption: &Arc<Resumption>,
 ) -> Result<Arc<ServerConfig>, rustls::Error> {
     let mut config = ServerConfig::builder_with_provider(Arc::new(provider::default_provider()))
         .with_safe_default_protocol_versions()?
@@ -130,6 +133,8 @@ pub fn server_config(
         )))
         .with_cert_resolver(Arc::new(SnapshotResolver { state, local }));
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.session_storage = resumption.store();
+    config.ticketer = resumption.ticketer();
     Ok(Arc::new(config))
 }
 

@@ -17,14 +17,14 @@ use metrics::counter;
 
 use super::outbound;
 use crate::filters::Mirror;
-use crate::state::ProxyState;
 use crate::telemetry::{MIRROR_REQUESTS_TOTAL, MIRROR_SKIPPED_TOTAL};
+use crate::upstream::Upstreams;
 
 /// A mirror that hangs must not hold resources for long.
 const MIRROR_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub fn send(
-    state: &Arc<ProxyState>,
+    upstreams: &Arc<Upstreams>,
     mirrors: &[Mirror],
     parts: &RequestParts,
     path_and_query: &PathAndQuery,
@@ -46,16 +46,16 @@ pub fn send(
         *req.method_mut() = parts.method.clone();
         *req.headers_mut() = parts.headers.clone();
         let (mut p, body) = req.into_parts();
-        let protocol = state.upstreams.protocol_for(&m.backend);
+        let protocol = upstreams.protocol_for(&m.backend);
         if outbound::target(&mut p, path_and_query.clone(), protocol, endpoint, None).is_err() {
             continue;
         }
-        let state = Arc::clone(state);
+        let upstreams = Arc::clone(upstreams);
         let endpoint = endpoint.clone();
         let backend_ref = Arc::clone(&m.backend);
         let backend = Arc::clone(&m.backend.name);
         tokio::spawn(async move {
-            let sent = state.upstreams.send(
+            let sent = upstreams.send(
                 protocol,
                 &backend_ref,
                 &endpoint,

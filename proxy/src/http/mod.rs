@@ -26,7 +26,7 @@ pub use headers::{X_ENVOY_ORIGINAL_DST_HOST, X_FORWARDED_FOR, X_FORWARDED_PROTO}
 pub(crate) use upgrade::requested as upgrade_requested;
 
 use crate::state::ProxyState;
-use crate::upstream::{UpstreamBody, attempts};
+use crate::upstream::{UpstreamBody, Upstreams, attempts};
 
 use crate::backend::Pick;
 use crate::cors::Cors;
@@ -53,10 +53,12 @@ pub struct ConnInfo {
     pub scheme: &'static str,
     /// The TLS server name the client asked for.
     pub sni: Option<Box<str>>,
+    /// The upstream pools of the worker serving this connection.
+    pub(crate) upstreams: Arc<Upstreams>,
 }
 
 impl ConnInfo {
-    pub fn new(local: SocketAddr, peer: SocketAddr) -> Self {
+    pub(crate) fn new(local: SocketAddr, peer: SocketAddr, upstreams: Arc<Upstreams>) -> Self {
         let client_ip = HeaderValue::try_from(peer.ip().to_string())
             .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
         Self {
@@ -65,6 +67,7 @@ impl ConnInfo {
             client_ip,
             scheme: "http",
             sni: None,
+            upstreams,
         }
     }
 
@@ -287,17 +290,17 @@ async fn forward(
     )?;
     if !action.filters.mirrors.is_empty() {
         mirror::send(
-            state,
+            &conn.upstreams,
             &action.filters.mirrors,
             &parts,
             &path_and_query,
             body.is_end_stream(),
         );
     }
-    let protocol = state.upstreams.protocol_for(backend);
+    let protocol = conn.upstreams.protocol_for(backend);
     let exchange = attempts::exchange(
         attempts::Target {
-            upstreams: &state.upstreams,
+            upstreams: &conn.upstreams,
             policy: action.retry.as_deref(),
             backend,
             endpoint,

@@ -10,10 +10,10 @@
 //!
 //! The pool is, per endpoint address, a stack of idle connections behind one mutex
 //! held only for a push or a pop (never across an await). Last in, first out: the
-//! warmest socket is reused and the coldest age out at the bottom. Not thread-local:
-//! tokio's work-stealing runtime moves tasks between workers, so a per-thread pool
-//! would strand connections on a worker the load moved off; per-worker pools belong
-//! with one runtime per worker.
+//! warmest socket is reused and the coldest age out at the bottom. Each data-plane
+//! worker ([`crate::workers`]) has pools of its own, so the mutex is uncontended and a
+//! connection's socket stays with the reactor of the thread that polls it; only a
+//! BackendTLSPolicy's pools, which live in the Snapshot, are shared by the workers.
 
 use std::collections::HashMap;
 use std::future::{Future, poll_fn};

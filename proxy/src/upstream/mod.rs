@@ -11,6 +11,7 @@ mod io;
 mod tests;
 pub(crate) mod tls;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -67,19 +68,17 @@ pub struct Upstreams {
     settings: UpstreamSettings,
     http1: H1Pool,
     h2c: H2Pool,
-    mesh: Option<MeshClient>,
+    mesh: Option<Arc<MeshClient>>,
 }
 
 impl Upstreams {
-    pub fn new(settings: &UpstreamSettings) -> Self {
+    /// One worker's pools (see [`crate::workers`]); `mesh` is shared by all workers.
+    pub fn new(settings: &UpstreamSettings, mesh: Option<Arc<MeshClient>>) -> Self {
         Self {
             settings: settings.clone(),
             http1: H1Pool::new(settings, None),
             h2c: H2Pool::new(settings.connect_timeout),
-            mesh: settings
-                .mesh
-                .as_ref()
-                .map(|m| MeshClient::new(m, settings.connect_timeout)),
+            mesh,
         }
     }
 
@@ -99,11 +98,6 @@ impl Upstreams {
         } else {
             backend.protocol
         }
-    }
-
-    /// False in mesh mode until an unexpired SVID is held.
-    pub fn is_ready(&self) -> bool {
-        self.mesh.as_ref().is_none_or(|m| m.identity().is_ready())
     }
 
     /// A connection to `endpoint` (or a stream slot on one) for one request. No
