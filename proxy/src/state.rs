@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 
+use crate::access_log::AccessLog;
 use crate::snapshot::Snapshot;
 use crate::upstream::{UpstreamSettings, Upstreams};
 
@@ -21,10 +22,16 @@ pub struct ProxyState {
     /// Largest request body a client may announce with Content-Length; more is 413
     /// before anything reaches a backend. 0: no limit.
     pub max_request_body: AtomicU64,
+    /// Where requests and L4 connections are logged; `None`: access logs are off.
+    pub access_log: Option<&'static AccessLog>,
 }
 
 impl ProxyState {
-    pub fn new(settings: &UpstreamSettings, trusted_hops: usize) -> Arc<Self> {
+    pub fn new(
+        settings: &UpstreamSettings,
+        trusted_hops: usize,
+        access_log: Option<&'static AccessLog>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
             draining: AtomicBool::new(false),
@@ -32,6 +39,7 @@ impl ProxyState {
             upstreams: Upstreams::new(settings),
             trusted_hops,
             max_request_body: AtomicU64::new(0),
+            access_log,
         })
     }
 
