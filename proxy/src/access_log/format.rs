@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 use std::io::Write;
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, SystemTime};
 
 use http::{HeaderValue, Version};
@@ -20,6 +21,9 @@ pub(super) enum Val<'a> {
     Ms(Duration),
     Bool(bool),
     Time(SystemTime),
+    /// Addresses are written straight into the line: no `String` per field.
+    Ip(IpAddr),
+    Addr(SocketAddr),
     Null,
 }
 
@@ -35,17 +39,15 @@ fn header<'a>(v: Option<&'a HeaderValue>) -> Val<'a> {
     })
 }
 
-fn display(v: impl std::fmt::Display) -> Val<'static> {
-    Val::Str(Cow::Owned(v.to_string()))
-}
-
 fn gateway(l: Option<&Listener>) -> Val<'_> {
     opt_str(l.map(|l| &*l.gateway))
 }
 
+/// The listener's name, borrowed in the usual case of one listener per socket.
 fn listener(l: Option<&Listener>) -> Val<'_> {
-    l.map_or(Val::Null, |l| {
-        Val::Str(Cow::Owned(crate::telemetry::listener_label(&l.sections)))
+    l.map_or(Val::Null, |l| match l.sections.as_slice() {
+        [one] => Val::Str(Cow::Borrowed(&**one)),
+        several => Val::Str(Cow::Owned(crate::telemetry::listener_label(several))),
     })
 }
 
@@ -94,7 +96,7 @@ pub(super) fn http_fields(r: &HttpRecord) -> [Field<'_>; 24] {
         ("route_kind", opt_str(rule.map(|a| a.kind))),
         ("route", opt_str(rule.map(|a| &*a.route))),
         ("rule", opt_str(rule.and_then(|a| a.rule.as_deref()))),
-        ("client", display(r.client)),
+        ("client", Val::Ip(r.client)),
         ("authority", authority),
         ("method", Val::Str(Cow::Borrowed(r.method.as_str()))),
         ("path", Val::Str(Cow::Borrowed(r.uri.path()))),
@@ -112,7 +114,7 @@ pub(super) fn http_fields(r: &HttpRecord) -> [Field<'_>; 24] {
         ("response_bytes", Val::Num(r.response_bytes)),
         ("duration_ms", Val::Ms(r.duration)),
         ("complete", Val::Bool(r.complete)),
-        ("upstream", r.upstream.map_or(Val::Null, display)),
+        ("upstream", r.upstream.map_or(Val::Null, Val::Addr)),
         ("upstream_ms", r.upstream_time.map_or(Val::Null, Val::Ms)),
         ("retries", Val::Num(u64::from(r.retries))),
         ("request_id", header(r.request_id.as_ref())),
@@ -134,11 +136,11 @@ pub(super) fn l4_fields(r: &L4Record) -> [Field<'_>; 14] {
         ("listener", listener(l)),
         ("route_kind", opt_str(t.map(|t| t.kind))),
         ("route", opt_str(t.map(|t| &*t.route))),
-        ("client", display(r.peer.ip())),
+        ("client", Val::Ip(r.peer.ip())),
         ("protocol", Val::Str(Cow::Borrowed(r.protocol))),
         ("sni", opt_str(r.sni.as_deref())),
         ("reason", opt_str(r.reason)),
-        ("upstream", r.upstream.map_or(Val::Null, display)),
+        ("upstream", r.upstream.map_or(Val::Null, Val::Addr)),
         ("request_bytes", Val::Num(r.bytes_in)),
         ("response_bytes", Val::Num(r.bytes_out)),
         ("duration_ms", Val::Ms(r.duration)),
@@ -170,6 +172,8 @@ fn json(fields: &[Field<'_>], out: &mut Vec<u8>) {
             Val::Time(t) => {
                 write!(out, "\"{}\"", humantime::format_rfc3339_millis(*t)).map_err(|_| ())
             }
+            Val::Ip(a) => write!(out, "\"{a}\"").map_err(|_| ()),
+            Val::Addr(a) => write!(out, "\"{a}\"").map_err(|_| ()),
             Val::Null => out.write_all(b"null").map_err(|_| ()),
         };
     }
@@ -191,6 +195,9 @@ fn text(fields: &[Field<'_>], out: &mut Vec<u8>) {
             Val::Ms(d) => write!(out, "{:.3}", d.as_secs_f64() * 1000.0),
             Val::Bool(b) => write!(out, "{b}"),
             Val::Time(t) => write!(out, "{}", humantime::format_rfc3339_millis(*t)),
+            // Addresses have no spaces, quotes or `=`: bare.
+            Val::Ip(a) => write!(out, "{a}"),
+            Val::Addr(a) => write!(out, "{a}"),
             Val::Null => out.write_all(b"-"),
         };
     }
