@@ -139,7 +139,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub xff_trusted_hops: usize,
 
-    /// Access log on stdout, one line per HTTP request and per TCP/TLS connection:
+    /// Access log on stdout, one line per HTTP request, TCP/TLS connection and UDP flow:
     /// `json` (one object per line), `text` (logfmt: key=value) or `off`. Default:
     /// the format of --log-format.
     #[arg(long, value_enum, value_name = "FORMAT")]

@@ -1,8 +1,8 @@
 //! Access logs on the edge's stdout, as a real client's requests and a real L4
 //! connection produce them: a 200 from a backend, a 502 (the backend closes without
 //! answering), a 503 (nothing listens at the endpoint), a 504 (the backend is slower
-//! than the route's timeout) and a 404 (no route), in JSON and in text; none with
-//! `--access-log off`.
+//! than the route's timeout) and a 404 (no route), in JSON and in text, and one line
+//! each for a TCP connection and a UDP flow; none with `--access-log off`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -14,6 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::common::*;
 
 const TCP_PORT: u16 = 7000;
+const UDP_PORT: u16 = 7001;
 const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
 
 /// Nothing listens at this endpoint: connects are refused.
@@ -25,12 +26,17 @@ fn tcp_backend_addr(net: Net) -> SocketAddr {
     net.addr(251, 7100)
 }
 
+fn udp_backend_addr(net: Net) -> SocketAddr {
+    net.addr(251, 7101)
+}
+
 /// Gateway `default/edge` (HTTP on .5) with routes for ok., down., refused. and
 /// slow.example.com, and Gateway `default/l4` (TCP on .6) with a TCPRoute.
 fn manifests(net: Net) -> String {
     let mut m = standard_infra(net);
     m.push_str(&backend("default", "svc-none", refused_endpoint(net), true));
     m.push_str(&backend("default", "tcp-a", tcp_backend_addr(net), true));
+    m.push_str(&backend("default", "udp-a", udp_backend_addr(net), true));
     for (name, host, svc) in [
         ("ok", "ok.example.com", "svc-a"),
         ("down", "down.example.com", "svc-b"),
@@ -62,15 +68,23 @@ spec:
         "default",
         "l4",
         &net.ip_str(6),
-        &[("tcp", TCP_PORT, "TCP")],
+        &[("tcp", TCP_PORT, "TCP"), ("udp", UDP_PORT, "UDP")],
     ));
     m.push_str(&l4_route(
         "TCPRoute",
         "tcp",
         "l4",
-        None,
+        Some("tcp"),
         &[],
         &[("tcp-a", 1)],
+    ));
+    m.push_str(&l4_route(
+        "UDPRoute",
+        "udp",
+        "l4",
+        Some("udp"),
+        &[],
+        &[("udp-a", 1)],
     ));
     m
 }
@@ -99,7 +113,9 @@ async fn traffic(
         }
     });
     let tcp = tcp_backend(tcp_backend_addr(net), "a").await?;
-    let mut args = vec!["--xff-trusted-hops", "1"];
+    let udp = udp_backend(udp_backend_addr(net), "a").await?;
+    // A UDP flow is logged when it ends: after a second without datagrams.
+    let mut args = vec!["--xff-trusted-hops", "1", "--udp-idle-timeout", "1s"];
     args.extend_from_slice(flags);
     let edge = env
         .spawn_edge_args("edge", &[env.manifests()], &args)
@@ -159,12 +175,33 @@ async fn traffic(
         got == "hello from a\npingbye 4\n",
         "the TCP backend said {got:?}"
     );
+    // One datagram each way; the flow's line comes when it idles out.
+    let sock = tokio::net::UdpSocket::bind((net.client_ip(), 0)).await?;
+    sock.connect(net.addr(6, UDP_PORT)).await?;
+    let reply = eventually("a UDP answer", EVENTUALLY, || {
+        let sock = &sock;
+        async move {
+            sock.send(b"hi").await?;
+            let mut buf = [0u8; 64];
+            let n =
+                tokio::time::timeout(std::time::Duration::from_millis(300), sock.recv(&mut buf))
+                    .await
+                    .map_err(|_| err("no UDP answer yet"))??;
+            Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+        }
+    })
+    .await?;
+    ensure!(reply == "a:hi", "the UDP backend said {reply:?}");
     let seen = Seen {
         ok_body_len: ok.body.len(),
         tcp_received: got.len(),
     };
-    let keep: Vec<Box<dyn std::any::Any + Send>> =
-        vec![Box::new(echo), Box::new(Abort(mute)), Box::new(Abort(tcp))];
+    let keep: Vec<Box<dyn std::any::Any + Send>> = vec![
+        Box::new(echo),
+        Box::new(Abort(mute)),
+        Box::new(Abort(tcp)),
+        Box::new(Abort(udp)),
+    ];
     Ok((edge, seen, keep))
 }
 
@@ -222,12 +259,12 @@ async fn json_access_log_says_why_the_edge_answered() -> TestResult {
     let net = env.net;
     // --log-format json alone makes the access log JSON too.
     let (edge, seen, _keep) = traffic(&env, &["--log-format", "json"]).await?;
-    let raw = lines(&edge, 7).await?;
+    let raw = lines(&edge, 8).await?;
     let lines: Vec<Value> = raw
         .iter()
         .map(|l| serde_json::from_str(l).map_err(|e| err(format!("not JSON ({e}): {l}"))))
         .collect::<Result<_, _>>()?;
-    ensure!(lines.len() == 7, "want 7 lines, got:\n{}", raw.join("\n"));
+    ensure!(lines.len() == 8, "want 8 lines, got:\n{}", raw.join("\n"));
     let http = |host: &'static str, path: &'static str| {
         move |v: &Value| v["authority"] == host && v["path"] == path
     };
@@ -312,7 +349,7 @@ async fn json_access_log_says_why_the_edge_answered() -> TestResult {
         "{none}"
     );
 
-    let tcp = one(&lines, "the TCP connection", |v| v["kind"] == "l4")?;
+    let tcp = one(&lines, "the TCP connection", |v| v["protocol"] == "tcp")?;
     let want = [
         ("gateway", Value::from("default/l4")),
         ("listener", "tcp".into()),
@@ -328,6 +365,27 @@ async fn json_access_log_says_why_the_edge_answered() -> TestResult {
     for (k, v) in want {
         ensure!(tcp[k] == v, "TCP line: {k} is {}, want {v}: {tcp}", tcp[k]);
     }
+    let udp = one(&lines, "the UDP flow", |v| v["protocol"] == "udp")?;
+    let want = [
+        ("kind", Value::from("l4")),
+        ("listener", "udp".into()),
+        ("route_kind", "UDPRoute".into()),
+        ("route", "default/udp".into()),
+        ("client", net.client_ip().to_string().into()),
+        ("upstream", udp_backend_addr(net).to_string().into()),
+    ];
+    for (k, v) in want {
+        ensure!(udp[k] == v, "UDP line: {k} is {}, want {v}: {udp}", udp[k]);
+    }
+    // At least the one answered datagram each way ("hi" was sent until answered).
+    let (sent, got) = (
+        udp["request_bytes"].as_u64(),
+        udp["response_bytes"].as_u64(),
+    );
+    ensure!(
+        sent.is_some_and(|n| n >= 2 && n % 2 == 0) && got.is_some_and(|n| n >= 4 && n % 4 == 0),
+        "UDP bytes: {udp}"
+    );
     // Process logs stay on stderr, and stay JSON.
     for line in edge.log().lines() {
         let v: Value = serde_json::from_str(line)?;
@@ -373,10 +431,10 @@ async fn text_access_log_says_why_the_edge_answered() -> TestResult {
     let net = env.net;
     // Text by default; only errors: the 200s are left out.
     let (edge, _seen, _keep) = traffic(&env, &["--access-log-status", "4xx,5xx"]).await?;
-    // 502, 503, 504, 404 and the TCP connection.
-    let raw = lines(&edge, 5).await?;
+    // 502, 503, 504, 404, the TCP connection and the UDP flow.
+    let raw = lines(&edge, 6).await?;
     let lines: Vec<BTreeMap<String, String>> = raw.iter().map(|l| logfmt(l)).collect();
-    ensure!(lines.len() == 5, "want 5 lines, got:\n{}", raw.join("\n"));
+    ensure!(lines.len() == 6, "want 6 lines, got:\n{}", raw.join("\n"));
     let get = |m: &BTreeMap<String, String>, k: &str| m.get(k).cloned().unwrap_or_default();
     for (host, status, reason, route) in [
         ("down.example.com", "502", "upstream_failed", "default/down"),
@@ -408,7 +466,9 @@ async fn text_access_log_says_why_the_edge_answered() -> TestResult {
         }
         ensure!(get(l, "client") == net.client_ip().to_string(), "{l:?}");
     }
-    let tcp = one(&lines, "the TCP connection", |m| get(m, "kind") == "l4")?;
+    let tcp = one(&lines, "the TCP connection", |m| {
+        get(m, "protocol") == "tcp"
+    })?;
     ensure!(
         get(tcp, "route") == "default/tcp" && get(tcp, "request_bytes") == "4",
         "{tcp:?}"
