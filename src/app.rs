@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aether_controller::{Reconciler, Settings};
+use aether_proxy::access_log::{self, AccessLog};
 use aether_proxy::state::ProxyState;
 use aether_proxy::upstream::UpstreamSettings;
 use aether_proxy::{ListenerManager, overload};
@@ -15,7 +16,7 @@ use arc_swap::ArcSwap;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::admin::{self, AdminState, StatusDoc};
-use crate::cli::RunArgs;
+use crate::cli::{AccessLogFormat, RunArgs};
 use crate::files::{self, FileSource};
 use crate::publish::Publisher;
 
@@ -26,12 +27,14 @@ pub(crate) const SETTLE: Duration = Duration::from_millis(100);
 /// `aether_proxy::workers`); this future runs on the control plane's runtime.
 pub async fn run(args: RunArgs, workers: &[tokio::runtime::Handle]) -> anyhow::Result<()> {
     let prometheus = crate::metrics::install()?;
+    let access_log = start_access_log(&args)?;
     let proxy = ProxyState::new(
         &UpstreamSettings {
             mesh: crate::mesh::settings(&args.mesh)?,
             ..UpstreamSettings::default()
         },
         args.xff_trusted_hops,
+        access_log,
     );
     proxy
         .max_request_body
@@ -79,8 +82,32 @@ pub async fn run(args: RunArgs, workers: &[tokio::runtime::Handle]) -> anyhow::R
     // the sockets close.
     tokio::time::sleep(args.drain_delay).await;
     publisher.manager.shutdown().await;
+    if let Some(log) = access_log {
+        // The lines of the last requests are still in the writer's queue.
+        let flushed = tokio::task::spawn_blocking(move || log.flush(Duration::from_secs(2))).await;
+        if let Err(e) = flushed {
+            tracing::warn!(error = %e, "could not flush the access log");
+        }
+    }
     tracing::info!("drained; exiting");
     Ok(())
+}
+
+/// Starts the access-log writer on stdout, unless `--access-log off`.
+fn start_access_log(args: &RunArgs) -> anyhow::Result<Option<&'static AccessLog>> {
+    let format = match args.access_log {
+        Some(AccessLogFormat::Off) => return Ok(None),
+        Some(AccessLogFormat::Json) => access_log::Format::Json,
+        Some(AccessLogFormat::Text) | None => access_log::Format::Text,
+    };
+    let settings = access_log::Settings {
+        format,
+        sample: args.access_log_sample,
+        statuses: args.access_log_status,
+    };
+    let log = AccessLog::start(settings, Box::new(std::io::stdout()))
+        .context("cannot start the access log writer")?;
+    Ok(Some(log))
 }
 
 /// Standalone: serves the manifests until SIGTERM/SIGINT.

@@ -30,6 +30,14 @@ pub enum LogFormat {
     Json,
 }
 
+/// `--access-log`: the access log's format, or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AccessLogFormat {
+    Off,
+    Json,
+    Text,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Reconcile Gateway API manifests and serve them.
@@ -138,6 +146,22 @@ pub struct RunArgs {
     /// invented, is dropped. 0: the edge faces clients directly.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub xff_trusted_hops: usize,
+
+    /// Access log on stdout, one line per HTTP request, TCP/TLS connection and UDP flow:
+    /// `json` (one object per line), `text` (logfmt: key=value) or `off`. Default:
+    /// the format of --log-format.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub access_log: Option<AccessLogFormat>,
+
+    /// Share of HTTP requests and L4 connections written to the access log, from 0
+    /// to 1 (0.01: one in a hundred, chosen at random).
+    #[arg(long, default_value_t = 1.0, value_parser = parse_share, value_name = "SHARE")]
+    pub access_log_sample: f64,
+
+    /// HTTP status classes written to the access log, comma-separated (`4xx,5xx`:
+    /// only errors). L4 connections are always written.
+    #[arg(long, default_value = "1xx,2xx,3xx,4xx,5xx", value_parser = aether_proxy::access_log::StatusClasses::parse, value_name = "CLASSES")]
+    pub access_log_status: aether_proxy::access_log::StatusClasses,
 
     /// Largest request body a client may announce (Content-Length); more gets 413
     /// before anything reaches a backend. 0: no limit.
@@ -264,6 +288,13 @@ pub struct EchoArgs {
     /// to see traffic that gets no answer back, such as mirrored requests).
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
+}
+
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a number from 0 to 1")),
+    }
 }
 
 fn parse_object_key(s: &str) -> Result<aether_controller::ObjectKey, String> {

@@ -3,12 +3,19 @@ use std::process::ExitCode;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-use aether_edge::cli::{Cli, Command, LogFormat};
+use aether_edge::cli::{AccessLogFormat, Cli, Command, LogFormat};
 use aether_proxy::Workers;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
     init_logs(cli.log_format);
+    // One flag makes every line JSON (or text) unless the access log says otherwise.
+    if let Command::Run(args) = &mut cli.command {
+        args.access_log.get_or_insert(match cli.log_format {
+            LogFormat::Text => AccessLogFormat::Text,
+            LogFormat::Json => AccessLogFormat::Json,
+        });
+    }
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

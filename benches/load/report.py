@@ -139,7 +139,10 @@ def render(run_dir):
     )
     out.append(
         f"Versions: aether-edge {meta['aether']}"
-        + (f" (base: the earlier build {meta['base']})" if meta.get("base") else "")
+        + (f" with flags `{meta['aether_args']}`" if meta.get("aether_args") else "")
+        + (f" (base: the build {meta['base']}" if meta.get("base") else "")
+        + (f" with flags `{meta['base_args']}`" if meta.get("base") and meta.get("base_args") else "")
+        + (")" if meta.get("base") else "")
         + f", Envoy {meta['envoy']}, nginx {meta['nginx']}, "
         f"HAProxy {meta['haproxy']}; load: wrk {meta['wrk']}, h2load {meta['h2load']}."
     )

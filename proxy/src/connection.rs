@@ -19,6 +19,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::access_log::L4Record;
 use crate::http::{ConnInfo, handle};
 use crate::limits::Slot;
 use crate::state::ProxyState;
@@ -67,16 +68,25 @@ impl Connections {
             active.increment(1.0);
             let (terminates_tls, l4) = {
                 let snapshot = this.state.snapshot.load();
-                let listener = snapshot.listener(&this.local);
+                let listener = snapshot.listeners.get(&this.local);
                 (
                     listener.is_some_and(|l| l.tls.is_some()),
-                    listener.and_then(|l| Some((l.protocol, Arc::clone(l.l4.as_ref()?)))),
+                    listener.and_then(|l| Some((Arc::clone(l), Arc::clone(l.l4.as_ref()?)))),
                 )
             };
             let info = ConnInfo::new(this.local, peer, Arc::clone(&this.upstreams));
-            if let Some((protocol, routes)) = l4 {
+            if let Some((listener, routes)) = l4 {
                 // Held while bytes flow, so a removed listener's drain waits for it.
                 let _watcher = watcher;
+                let protocol = listener.protocol;
+                let log = this.state.access_log.filter(|l| l.sampled());
+                let mut record = log.map(|_| {
+                    Box::new(L4Record::new(
+                        Some(listener),
+                        peer,
+                        crate::l4::log_protocol(protocol),
+                    ))
+                });
                 crate::l4::serve_stream(
                     stream,
                     peer,
@@ -84,8 +94,12 @@ impl Connections {
                     &routes,
                     &this.tls_l4,
                     &this.force_close,
+                    &mut record,
                 )
                 .await;
+                if let (Some(log), Some(record)) = (log, record) {
+                    record.finish(log);
+                }
             } else if terminates_tls {
                 let acceptor = TlsAcceptor::from(Arc::clone(&this.tls));
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {

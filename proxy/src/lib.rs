@@ -5,6 +5,7 @@
 //! Snapshot once, route by Host and the rules' matches, and forward to a backend
 //! endpoint over a pooled upstream client.
 
+pub mod access_log;
 pub mod backend;
 pub mod backend_tls;
 pub mod client_auth;

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use arc_swap::ArcSwap;
 
+use crate::access_log::AccessLog;
 use crate::mesh::MeshClient;
 use crate::snapshot::Snapshot;
 use crate::upstream::{UpstreamSettings, Upstreams};
@@ -27,10 +28,16 @@ pub struct ProxyState {
     /// Largest request body a client may announce with Content-Length; more is 413
     /// before anything reaches a backend. 0: no limit.
     pub max_request_body: AtomicU64,
+    /// Where requests and L4 connections are logged; `None`: access logs are off.
+    pub access_log: Option<&'static AccessLog>,
 }
 
 impl ProxyState {
-    pub fn new(settings: &UpstreamSettings, trusted_hops: usize) -> Arc<Self> {
+    pub fn new(
+        settings: &UpstreamSettings,
+        trusted_hops: usize,
+        access_log: Option<&'static AccessLog>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
             draining: AtomicBool::new(false),
@@ -42,6 +49,7 @@ impl ProxyState {
                 .map(|m| Arc::new(MeshClient::new(m, settings.connect_timeout))),
             trusted_hops,
             max_request_body: AtomicU64::new(0),
+            access_log,
         })
     }
 

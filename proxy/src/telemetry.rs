@@ -55,6 +55,8 @@ pub const SERVICE_WRITES_TOTAL: &str = "aether_service_writes_total";
 pub const WRITER_LEASE_HELD: &str = "aether_writer_lease_held";
 pub const ENDPOINT_EVENTS_IGNORED_TOTAL: &str = "aether_endpoint_events_ignored_total";
 pub const BUILD_INFO: &str = "aether_build_info";
+/// Access-log lines lost because the writer fell behind (see `crate::access_log`).
+pub const ACCESS_LOG_DROPPED_TOTAL: &str = "aether_access_log_dropped_total";
 
 /// What a metric is: its `# TYPE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -316,6 +318,12 @@ pub const DESCRIPTIONS: &[Description] = &[
         C,
         COUNT,
         "EndpointSlice events ignored (no matching Service).",
+    ),
+    d(
+        ACCESS_LOG_DROPPED_TOTAL,
+        C,
+        COUNT,
+        "Access-log lines dropped because the writer fell behind (stdout slow or blocked); requests are never held for the log.",
     ),
     d(
         BUILD_INFO,

@@ -7,6 +7,7 @@
 #[macro_use]
 mod common;
 
+mod access_log;
 mod backend_tls;
 mod backend_tls_grpc;
 mod body_limit;

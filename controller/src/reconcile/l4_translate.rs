@@ -184,6 +184,7 @@ fn target(gateway: &str, route: &L4RouteModel) -> L4Target {
         .collect();
     L4Target::new(
         gateway,
+        route.kind.as_str(),
         route.key.to_string().into(),
         BackendSet::new(backends),
     )

@@ -50,6 +50,8 @@ impl RouteModel {
 }
 
 pub struct RuleModel {
+    /// The rule's `name`, for access logs.
+    pub name: Option<Arc<str>>,
     pub matches: Vec<RequestMatch>,
     pub timeout: Option<std::time::Duration>,
     pub retry: Option<Box<aether_proxy::retry::RetryPolicy>>,
@@ -160,6 +162,7 @@ pub fn compile(
             model.refs = Err(p);
         }
         model.rules.push(RuleModel {
+            name: rule.name.as_deref().map(Arc::from),
             matches,
             timeout,
             retry,

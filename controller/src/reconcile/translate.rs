@@ -289,6 +289,8 @@ fn rule_actions(gateway: &str, route: &RouteModel) -> Actions {
             };
             Arc::new(RuleAction {
                 route: Arc::clone(&name),
+                kind: route.kind,
+                rule: rule.name.clone(),
                 filters,
                 backends: BackendSet::new(backends),
                 timeout: rule.timeout,

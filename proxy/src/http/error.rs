@@ -45,6 +45,20 @@ impl ProxyError {
         }
     }
 
+    /// Why the edge answered itself, as the access log says it.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ProxyError::NoRoute => "no_route",
+            ProxyError::InvalidBackend => "invalid_backend",
+            ProxyError::NoEndpoints => "no_healthy_endpoint",
+            ProxyError::UpstreamConnect(_) => "upstream_connect_failed",
+            ProxyError::Upstream(_) => "upstream_failed",
+            ProxyError::Timeout => "route_timeout",
+            ProxyError::Misdirected => "misdirected",
+            ProxyError::BadRequest(_) => "bad_request",
+        }
+    }
+
     fn body(&self) -> &'static str {
         match self {
             ProxyError::NoRoute => "no route\n",

@@ -25,6 +25,7 @@ pub use error::{ProxyError, local_response};
 pub use headers::{X_ENVOY_ORIGINAL_DST_HOST, X_FORWARDED_FOR, X_FORWARDED_PROTO};
 pub(crate) use upgrade::requested as upgrade_requested;
 
+use crate::access_log::{self, HttpRecord, LoggedBody, RequestBody};
 use crate::state::ProxyState;
 use crate::upstream::{UpstreamBody, Upstreams, attempts};
 
@@ -36,7 +37,14 @@ use crate::telemetry::RouteStats;
 
 /// A request body sent upstream: the client's stream, or one the proxy made (a
 /// mirrored or replayed request's).
-pub type Body = Either<Incoming, Full<Bytes>>;
+pub type Body = Either<RequestBody, Full<Bytes>>;
+
+/// A request on its way through the proxy: the client's body, counted for the access
+/// log when the request is logged.
+type Req = Request<RequestBody>;
+
+/// A request's access-log record, when it is logged.
+type Record = Option<Box<HttpRecord>>;
 
 /// An answer's body: the upstream's stream, or one the proxy made.
 pub type ResponseBody = Either<UpstreamBody, Full<Bytes>>;
@@ -84,34 +92,59 @@ pub async fn handle(
     state: Arc<ProxyState>,
     conn: Arc<ConnInfo>,
     req: Request<Incoming>,
-) -> Result<Response<ResponseBody>, Infallible> {
+) -> Result<Response<LoggedBody>, Infallible> {
     let started = Instant::now();
     if req.uri().path() == READYZ_PATH {
-        return Ok(readyz(&state));
+        // Load-balancer probes, once a second per balancer: not access-logged.
+        return Ok(readyz(&state).map(|b| LoggedBody::new(b, None)));
     }
+    let mut record =
+        access_log::begin_http(state.access_log, &conn, &req, state.trusted_hops, started);
+    let counter = record.as_ref().and_then(|r| r.request_counter());
+    let req = req.map(|b| RequestBody::new(b, counter));
+    let (resp, status, reason) = answer(&state, &conn, req, started, &mut record).await;
+    if let Some(r) = record.as_mut() {
+        r.set_answer(status.as_u16(), reason);
+    }
+    Ok(resp.map(|b| LoggedBody::new(b, record)))
+}
+
+/// The answer to a request, the status it counts as (the HTTP one, also when a gRPC
+/// client is told in gRPC terms), and why the edge answered itself, if it did.
+async fn answer(
+    state: &Arc<ProxyState>,
+    conn: &ConnInfo,
+    req: Req,
+    started: Instant,
+    record: &mut Record,
+) -> (Response<ResponseBody>, StatusCode, Option<&'static str>) {
     if state.shedding.load(Ordering::Relaxed) {
         metrics::counter!(crate::telemetry::OVERLOAD_SHED_TOTAL, "what" => "request").increment(1);
         let mut resp = local_response(StatusCode::SERVICE_UNAVAILABLE, "overloaded\n");
         resp.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return Ok(resp);
+        return (resp, StatusCode::SERVICE_UNAVAILABLE, Some("overloaded"));
     }
     if let Err(why) = integrity::check(&req) {
         metrics::counter!(crate::telemetry::REQUESTS_REFUSED_TOTAL, "reason" => "integrity")
             .increment(1);
-        return Ok(ProxyError::BadRequest(why).into_response());
+        let err = ProxyError::BadRequest(why);
+        return (
+            err.into_response(),
+            StatusCode::BAD_REQUEST,
+            Some("invalid_request"),
+        );
     }
     let limit = state.max_request_body.load(Ordering::Relaxed);
     if limit > 0 && announced_body(&req).is_some_and(|n| n > limit) {
         metrics::counter!(crate::telemetry::REQUESTS_REFUSED_TOTAL, "reason" => "body_too_large")
             .increment(1);
-        return Ok(local_response(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "request body too large\n",
-        ));
+        let status = StatusCode::PAYLOAD_TOO_LARGE;
+        let resp = local_response(status, "request body too large\n");
+        return (resp, status, Some("body_too_large"));
     }
     let grpc = error::is_grpc(&req);
-    let routed = match route(&state, &conn, &req) {
+    let routed = match route(state, conn, &req, record) {
         Ok(routed) => routed,
         Err(miss) => {
             let (err, stats) = match miss {
@@ -119,33 +152,37 @@ pub async fn handle(
                 RouteMiss::NoRoute(stats) => (ProxyError::NoRoute, Some(stats)),
                 RouteMiss::Misdirected(stats) => (ProxyError::Misdirected, Some(stats)),
             };
+            let (status, reason) = (err.status(), err.reason());
             if let Some(stats) = stats {
-                stats.record(err.status().as_u16(), started.elapsed());
+                stats.record(status.as_u16(), started.elapsed());
             }
-            return Ok(err.into_response_for(grpc));
+            return (err.into_response_for(grpc), status, Some(reason));
         }
     };
     let action = &routed.action;
-    // Stats count what happened in HTTP terms, also when a gRPC client is told in
-    // gRPC terms.
-    let (resp, status) = match forward(&state, &conn, &routed, req).await {
-        Ok(resp) => {
+    let mut tried = attempts::Tried::default();
+    let result = forward(state, conn, &routed, req, &mut tried).await;
+    if let (Some(r), Some(endpoint)) = (record.as_mut(), tried.endpoint) {
+        r.set_upstream(endpoint, tried.retries, started.elapsed());
+    }
+    let (resp, status, reason) = match result {
+        Ok((resp, local)) => {
             let status = resp.status();
-            (resp, status)
+            (resp, status, local)
         }
         Err(err) => {
             tracing::debug!(route = %action.route, error = %err, "request failed");
-            let status = err.status();
-            (err.into_response_for(grpc), status)
+            let (status, reason) = (err.status(), err.reason());
+            (err.into_response_for(grpc), status, Some(reason))
         }
     };
     action.stats.record(status.as_u16(), started.elapsed());
-    Ok(resp)
+    (resp, status, reason)
 }
 
 /// The body length a request announces in Content-Length (malformed values were
 /// already refused by the integrity check).
-fn announced_body(req: &Request<Incoming>) -> Option<u64> {
+fn announced_body(req: &Req) -> Option<u64> {
     req.headers()
         .get(header::CONTENT_LENGTH)?
         .to_str()
@@ -187,12 +224,16 @@ enum RouteMiss {
 fn route(
     state: &ProxyState,
     conn: &ConnInfo,
-    req: &Request<Incoming>,
+    req: &Req,
+    record: &mut Record,
 ) -> Result<Routed, RouteMiss> {
     let snapshot = state.snapshot.load();
-    let Some(listener) = snapshot.listener(&conn.local) else {
+    let Some(listener) = snapshot.listeners.get(&conn.local) else {
         return Err(RouteMiss::NoListener);
     };
+    if let Some(r) = record.as_mut() {
+        r.set_listener(listener);
+    }
     let authority = request_authority(req);
     if let (Some(certs), Some(sni)) = (&listener.tls, conn.sni.as_deref()) {
         // A client may send another host over this connection only if the certificate
@@ -214,6 +255,9 @@ fn route(
             req.headers(),
         )
     });
+    if let (Some(r), Some(e)) = (record.as_mut(), entry) {
+        r.set_rule(&e.action);
+    }
     match entry {
         Some(e) => Ok(Routed {
             action: Arc::clone(&e.action),
@@ -233,14 +277,18 @@ fn strip_port(authority: &str) -> &str {
         .map_or(authority, |(h, _)| h)
 }
 
+/// An answer, and why the edge made it itself when it did (a preflight, a redirect).
+type Forwarded = (Response<ResponseBody>, Option<&'static str>);
+
 /// Applies the rule's filters, picks a backend endpoint and sends the request there
-/// over the pooled client.
+/// over the pooled client; `tried` learns where it went.
 async fn forward(
     state: &Arc<ProxyState>,
     conn: &ConnInfo,
     routed: &Routed,
-    mut req: Request<Incoming>,
-) -> Result<Response<ResponseBody>, ProxyError> {
+    mut req: Req,
+    tried: &mut attempts::Tried,
+) -> Result<Forwarded, ProxyError> {
     let action = &routed.action;
     if let Some(cors) = &action.filters.cors
         && Cors::is_preflight(req.method(), req.headers())
@@ -249,10 +297,10 @@ async fn forward(
         let mut resp = local_response(StatusCode::OK, "");
         resp.headers_mut()
             .extend(cors.preflight_headers(req.headers()));
-        return Ok(resp);
+        return Ok((resp, Some("cors_preflight")));
     }
     if let Some(redirect) = &action.filters.redirect {
-        return Ok(redirect_response(redirect, routed, &req));
+        return Ok((redirect_response(redirect, routed, &req), Some("redirect")));
     }
     // CORS response headers depend on the request's Origin, which filters may not see
     // again once the request is gone upstream.
@@ -267,7 +315,7 @@ async fn forward(
         Pick::Invalid => return Err(ProxyError::InvalidBackend),
     };
     if let Some(redirect) = &chosen.filters.redirect {
-        return Ok(redirect_response(redirect, routed, &req));
+        return Ok((redirect_response(redirect, routed, &req), Some("redirect")));
     }
     let upgrade = if upgrade::requested(&req) {
         req.headers()
@@ -310,6 +358,7 @@ async fn forward(
         path_and_query,
         body,
         upgrade_proto.as_ref(),
+        tried,
     );
     let mut resp = match action.timeout {
         // Dropping the exchange on expiry cancels the upstream request (and any
@@ -339,14 +388,10 @@ async fn forward(
     if let Some(h) = cors_headers {
         parts.headers.extend(h);
     }
-    Ok(Response::from_parts(parts, Either::Left(body)))
+    Ok((Response::from_parts(parts, Either::Left(body)), None))
 }
 
-fn redirect_response(
-    redirect: &Redirect,
-    routed: &Routed,
-    req: &Request<Incoming>,
-) -> Response<ResponseBody> {
+fn redirect_response(redirect: &Redirect, routed: &Routed, req: &Req) -> Response<ResponseBody> {
     let host = strip_port(request_authority(req));
     let location = redirect.location(&RedirectInput {
         scheme: routed.scheme,
@@ -369,7 +414,7 @@ fn redirect_response(
 }
 
 /// The request's authority: from an absolute-form or HTTP/2 URI, else the Host header.
-fn request_authority(req: &Request<Incoming>) -> &str {
+fn request_authority<B>(req: &Request<B>) -> &str {
     req.uri()
         .authority()
         .map(|a| a.as_str())

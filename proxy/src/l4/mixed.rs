@@ -10,7 +10,7 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use super::rewind::Rewind;
-use super::{L4Routes, Mode, passthrough, refused, terminate};
+use super::{L4Routes, Mode, Record, note, passthrough, refused, terminate};
 
 pub async fn serve(
     mut client: TcpStream,
@@ -18,21 +18,33 @@ pub async fn serve(
     routes: &L4Routes,
     tls: &Arc<rustls::ServerConfig>,
     force_close: &CancellationToken,
+    record: &mut Record,
 ) {
-    let Some((name, hello)) = passthrough::read_hello(&mut client, peer).await else {
+    let Some((name, hello)) = passthrough::read_hello(&mut client, peer, record).await else {
         return;
     };
     match routes.mode(name.as_deref()) {
         Some(Mode::Passthrough) => {
-            passthrough::forward(client, peer, routes, name.as_deref(), &hello, force_close).await;
+            note(record, |r| r.set_protocol("tls-passthrough"));
+            passthrough::forward(
+                client,
+                peer,
+                routes,
+                name.as_deref(),
+                &hello,
+                force_close,
+                record,
+            )
+            .await;
         }
         Some(Mode::Terminate(terminated)) => {
+            note(record, |r| r.set_protocol("tls-terminate"));
             let client = Rewind::new(hello, client);
-            terminate::serve(client, peer, terminated, tls, force_close).await;
+            terminate::serve(client, peer, terminated, tls, force_close, record).await;
         }
         None => {
             tracing::debug!(%peer, sni = ?name, "no TLS listener for this server name");
-            refused("no_route");
+            refused(record, "no_route");
         }
     }
 }

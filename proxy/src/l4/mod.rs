@@ -19,6 +19,7 @@ use metrics::{Counter, counter};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
+use crate::access_log::L4Record;
 use crate::backend::BackendSet;
 use crate::hostmap::HostMap;
 
@@ -32,16 +33,20 @@ pub use crate::telemetry::{
 pub struct L4Target {
     /// `namespace/name` of the route.
     pub route: Arc<str>,
+    /// `TCPRoute`, `TLSRoute` or `UDPRoute`, for access logs.
+    #[serde(skip)]
+    pub kind: &'static str,
     pub backends: BackendSet,
     #[serde(skip)]
     pub stats: L4Stats,
 }
 
 impl L4Target {
-    pub fn new(gateway: &str, route: Arc<str>, backends: BackendSet) -> Self {
+    pub fn new(gateway: &str, kind: &'static str, route: Arc<str>, backends: BackendSet) -> Self {
         let stats = L4Stats::new(gateway, &route);
         Self {
             route,
+            kind,
             backends,
             stats,
         }
@@ -81,6 +86,28 @@ impl std::fmt::Debug for L4Stats {
     }
 }
 
+/// One connection's access-log record, when it is logged; the forwarding code notes
+/// in it what happened.
+pub type Record = Option<Box<L4Record>>;
+
+/// Adds to the record, if there is one.
+pub(crate) fn note(record: &mut Record, f: impl FnOnce(&mut L4Record)) {
+    if let Some(r) = record.as_deref_mut() {
+        f(r);
+    }
+}
+
+/// How a socket of `protocol` is named in the access log (a mixed socket's
+/// connections are named once the ClientHello picks their mode).
+pub fn log_protocol(protocol: crate::Protocol) -> &'static str {
+    match protocol {
+        crate::Protocol::TlsPassthrough => "tls-passthrough",
+        crate::Protocol::TlsTerminate => "tls-terminate",
+        crate::Protocol::TlsMixed => "tls",
+        _ => "tcp",
+    }
+}
+
 /// Serves one accepted connection of a TCP or TLS (passthrough or terminate) socket.
 /// `tls` is the socket's server configuration for terminating.
 pub async fn serve_stream(
@@ -90,25 +117,27 @@ pub async fn serve_stream(
     routes: &L4Routes,
     tls: &Arc<rustls::ServerConfig>,
     force_close: &tokio_util::sync::CancellationToken,
+    record: &mut Record,
 ) {
     if protocol == crate::Protocol::TlsPassthrough {
-        return passthrough::serve(stream, peer, routes, force_close).await;
+        return passthrough::serve(stream, peer, routes, force_close, record).await;
     }
     if protocol == crate::Protocol::TlsTerminate {
-        return terminate::serve(stream, peer, routes, tls, force_close).await;
+        return terminate::serve(stream, peer, routes, tls, force_close, record).await;
     }
     if protocol == crate::Protocol::TlsMixed {
-        return mixed::serve(stream, peer, routes, tls, force_close).await;
+        return mixed::serve(stream, peer, routes, tls, force_close, record).await;
     }
     match routes.lookup(None) {
-        Some(target) => tcp::forward(stream, peer, target, &[], force_close).await,
-        None => refused("no_route"),
+        Some(target) => tcp::forward(stream, peer, target, &[], force_close, record).await,
+        None => refused(record, "no_route"),
     }
 }
 
-/// Counts a connection or datagram the edge could not forward, by reason.
-pub fn refused(reason: &'static str) {
+/// Counts a connection the edge could not forward, by reason, and notes why.
+pub fn refused(record: &mut Record, reason: &'static str) {
     counter!(TCP_REFUSED_TOTAL, "reason" => reason).increment(1);
+    note(record, |r| r.refused(reason));
 }
 
 /// What an L4 socket forwards to: TCP and UDP sockets have one target (any host);

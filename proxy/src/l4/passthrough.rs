@@ -11,7 +11,7 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use super::sni::{self, Hello};
-use super::{L4Routes, refused, tcp};
+use super::{L4Routes, Record, refused, tcp};
 
 /// A client that has not sent its whole ClientHello by then is dropped.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -24,11 +24,21 @@ pub async fn serve(
     peer: SocketAddr,
     routes: &L4Routes,
     force_close: &CancellationToken,
+    record: &mut Record,
 ) {
-    let Some((name, hello)) = read_hello(&mut client, peer).await else {
+    let Some((name, hello)) = read_hello(&mut client, peer, record).await else {
         return;
     };
-    forward(client, peer, routes, name.as_deref(), &hello, force_close).await;
+    forward(
+        client,
+        peer,
+        routes,
+        name.as_deref(),
+        &hello,
+        force_close,
+        record,
+    )
+    .await;
 }
 
 /// Reads the client's ClientHello without answering it: its server name (`None`: it
@@ -36,6 +46,7 @@ pub async fn serve(
 pub(super) async fn read_hello(
     client: &mut TcpStream,
     peer: SocketAddr,
+    record: &mut Record,
 ) -> Option<(Option<String>, Vec<u8>)> {
     let mut buf = Vec::with_capacity(4096);
     let read = tokio::time::timeout(HELLO_TIMEOUT, async {
@@ -59,19 +70,20 @@ pub(super) async fn read_hello(
         Ok(Ok(Hello::NoServerName)) => None,
         Ok(Ok(Hello::Invalid(why))) => {
             tracing::debug!(%peer, why, "not a usable ClientHello");
-            refused("bad_client_hello");
+            refused(record, "bad_client_hello");
             return None;
         }
         Ok(Ok(Hello::NeedMore)) | Ok(Err(_)) => {
-            refused("bad_client_hello");
+            refused(record, "bad_client_hello");
             return None;
         }
         Err(_) => {
             tracing::debug!(%peer, "ClientHello timed out");
-            refused("client_hello_timeout");
+            refused(record, "client_hello_timeout");
             return None;
         }
     };
+    super::note(record, |r| r.set_sni(name.as_deref()));
     Some((name, buf))
 }
 
@@ -83,11 +95,12 @@ pub(super) async fn forward(
     name: Option<&str>,
     hello: &[u8],
     force_close: &CancellationToken,
+    record: &mut Record,
 ) {
     let Some(target) = routes.lookup(name) else {
         tracing::debug!(%peer, sni = ?name, "no TLSRoute for this server name");
-        refused("no_route");
+        refused(record, "no_route");
         return;
     };
-    tcp::forward(client, peer, target, hello, force_close).await;
+    tcp::forward(client, peer, target, hello, force_close, record).await;
 }

@@ -1,13 +1,14 @@
 //! Forwarding one accepted TCP connection to a backend endpoint, byte for byte.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use super::{L4Target, refused};
+use super::{L4Target, Record, note, refused};
 use crate::backend::Pick;
 use crate::telemetry;
 
@@ -23,11 +24,12 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub async fn forward<S: ClientStream>(
     client: S,
     peer: SocketAddr,
-    target: &L4Target,
+    target: &Arc<L4Target>,
     first: &[u8],
     force_close: &CancellationToken,
+    record: &mut Record,
 ) {
-    forward_with(client, peer, target, first, force_close, false).await;
+    forward_with(client, peer, target, first, force_close, false, record).await;
 }
 
 /// Like [`forward`], for a stream the edge terminated (TLSRoute Terminate): a backend
@@ -37,45 +39,49 @@ pub async fn forward<S: ClientStream>(
 pub async fn forward_terminated<S: ClientStream>(
     client: S,
     peer: SocketAddr,
-    target: &L4Target,
+    target: &Arc<L4Target>,
     force_close: &CancellationToken,
+    record: &mut Record,
 ) {
-    forward_with(client, peer, target, &[], force_close, true).await;
+    forward_with(client, peer, target, &[], force_close, true, record).await;
 }
 
 async fn forward_with<S: ClientStream>(
     client: S,
     peer: SocketAddr,
-    target: &L4Target,
+    target: &Arc<L4Target>,
     first: &[u8],
     force_close: &CancellationToken,
     originate_tls: bool,
+    record: &mut Record,
 ) {
+    note(record, |r| r.set_target(target));
     let (backend, endpoint) = match target.backends.pick() {
         Pick::Endpoint(_, b, ep) => (b, ep.addr),
         Pick::NoEndpoints(b) => {
             tracing::debug!(%peer, backend = %b.name, "no ready endpoint");
-            refused("no_endpoints");
+            refused(record, "no_endpoints");
             return reset(client);
         }
         Pick::Invalid => {
             tracing::debug!(%peer, route = %target.route, "backendRef invalid");
-            refused("invalid_backend");
+            refused(record, "invalid_backend");
             return reset(client);
         }
     };
+    note(record, |r| r.set_upstream(endpoint));
     let upstream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(endpoint)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             tracing::debug!(%peer, %endpoint, error = %e, "upstream connect failed");
             telemetry::upstream_connect_errors(&backend.name).increment(1);
-            refused("connect_failed");
+            refused(record, "connect_failed");
             return reset(client);
         }
         Err(_) => {
             tracing::debug!(%peer, %endpoint, "upstream connect timed out");
             telemetry::upstream_connect_errors(&backend.name).increment(1);
-            refused("connect_timeout");
+            refused(record, "connect_timeout");
             return reset(client);
         }
     };
@@ -83,7 +89,16 @@ async fn forward_with<S: ClientStream>(
         tracing::debug!(error = %e, "set_nodelay failed");
     }
     let Some(tls) = backend.tls.as_ref().filter(|_| originate_tls) else {
-        return pump(client, upstream, peer, endpoint, target, first, force_close).await;
+        return pump(
+            client,
+            upstream,
+            (peer, endpoint),
+            target,
+            first,
+            force_close,
+            record,
+        )
+        .await;
     };
     let handshake = async {
         let dial = crate::upstream::tls::dial(tls, backend).map_err(|e| e.to_string())?;
@@ -93,11 +108,22 @@ async fn forward_with<S: ClientStream>(
             .map_err(|e| e.to_string())
     };
     match handshake.await {
-        Ok(upstream) => pump(client, upstream, peer, endpoint, target, first, force_close).await,
+        Ok(upstream) => {
+            pump(
+                client,
+                upstream,
+                (peer, endpoint),
+                target,
+                first,
+                force_close,
+                record,
+            )
+            .await;
+        }
         Err(e) => {
             tracing::debug!(%peer, %endpoint, error = %e, "upstream TLS failed");
             telemetry::upstream_connect_errors(&backend.name).increment(1);
-            refused("upstream_tls");
+            refused(record, "upstream_tls");
             reset(client);
         }
     }
@@ -107,30 +133,40 @@ async fn forward_with<S: ClientStream>(
 async fn pump<S: ClientStream, U: AsyncRead + AsyncWrite + Unpin>(
     mut client: S,
     mut upstream: U,
-    peer: SocketAddr,
-    endpoint: SocketAddr,
+    (peer, endpoint): (SocketAddr, SocketAddr),
     target: &L4Target,
     first: &[u8],
     force_close: &CancellationToken,
+    record: &mut Record,
 ) {
     target.stats.connections.increment(1);
     if !first.is_empty() {
         if let Err(e) = upstream.write_all(first).await {
             tracing::debug!(%peer, %endpoint, error = %e, "upstream write failed");
+            note(record, |r| r.refused("upstream_write_failed"));
             return reset(client);
         }
         target.stats.bytes_in.increment(first.len() as u64);
+        note(record, |r| r.add_bytes(first.len() as u64, 0));
     }
     tokio::select! {
         r = tokio::io::copy_bidirectional(&mut client, &mut upstream) => match r {
             Ok((sent, received)) => {
                 target.stats.bytes_in.increment(sent);
                 target.stats.bytes_out.increment(received);
+                note(record, |r| r.add_bytes(sent, received));
                 tracing::debug!(%peer, %endpoint, sent, received, "TCP connection closed");
             }
-            Err(e) => tracing::debug!(%peer, %endpoint, error = %e, "TCP connection failed"),
+            Err(e) => {
+                // copy_bidirectional does not say how much went through before.
+                note(record, |r| r.refused("stream_error"));
+                tracing::debug!(%peer, %endpoint, error = %e, "TCP connection failed");
+            }
         },
-        () = force_close.cancelled() => tracing::debug!(%peer, "TCP connection closed at drain deadline"),
+        () = force_close.cancelled() => {
+            note(record, |r| r.refused("drain_deadline"));
+            tracing::debug!(%peer, "TCP connection closed at drain deadline");
+        }
     }
 }
 

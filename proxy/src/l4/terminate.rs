@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::passthrough::HELLO_TIMEOUT;
 use super::tcp::ClientStream;
-use super::{L4Routes, refused, tcp};
+use super::{L4Routes, Record, note, refused, tcp};
 use crate::telemetry;
 
 pub async fn serve<S: ClientStream>(
@@ -19,6 +19,7 @@ pub async fn serve<S: ClientStream>(
     routes: &L4Routes,
     tls: &Arc<rustls::ServerConfig>,
     force_close: &CancellationToken,
+    record: &mut Record,
 ) {
     let acceptor = TlsAcceptor::from(Arc::clone(tls));
     let stream = match tokio::time::timeout(HELLO_TIMEOUT, acceptor.accept(client)).await {
@@ -26,19 +27,22 @@ pub async fn serve<S: ClientStream>(
         Ok(Err(e)) => {
             metrics::counter!(telemetry::TLS_HANDSHAKE_ERRORS_TOTAL).increment(1);
             tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            note(record, |r| r.refused("tls_handshake_failed"));
             return;
         }
         Err(_) => {
             metrics::counter!(telemetry::TLS_HANDSHAKE_ERRORS_TOTAL).increment(1);
             tracing::debug!(%peer, "TLS handshake timed out");
+            note(record, |r| r.refused("tls_handshake_timeout"));
             return;
         }
     };
     let name = stream.get_ref().1.server_name().map(str::to_owned);
+    note(record, |r| r.set_sni(name.as_deref()));
     let Some(target) = routes.lookup(name.as_deref()) else {
         tracing::debug!(%peer, sni = ?name, "no TLSRoute for this server name");
-        refused("no_route");
+        refused(record, "no_route");
         return;
     };
-    tcp::forward_terminated(stream, peer, target, force_close).await;
+    tcp::forward_terminated(stream, peer, target, force_close, record).await;
 }

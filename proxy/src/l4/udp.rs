@@ -25,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{L4Stats, UDP_DROPPED_TOTAL};
+use crate::access_log::{AccessLog, L4Record};
 use crate::backend::Pick;
 use crate::state::ProxyState;
 use crate::telemetry;
@@ -58,6 +59,15 @@ struct Flow {
     stats: L4Stats,
     /// The listener's `aether_udp_flows_active` when the flow started.
     active: Gauge,
+    /// Payload bytes client to backend, when the flow is access-logged.
+    logged_in: Option<Arc<AtomicU64>>,
+}
+
+/// A logged flow's record, finished when the flow ends.
+struct FlowLog {
+    log: &'static AccessLog,
+    record: Box<L4Record>,
+    bytes_in: Arc<AtomicU64>,
 }
 
 fn dropped(reason: &'static str) {
@@ -135,6 +145,18 @@ pub async fn serve(
                 continue;
             }
         };
+        // One line per flow, when it ends; refused datagrams are only counted (one
+        // line each would let a sender flood the log).
+        let flow_log = state.access_log.filter(|l| l.sampled()).map(|log| {
+            let mut record = Box::new(L4Record::new(listener.cloned(), client, "udp"));
+            record.set_target(target);
+            record.set_upstream(endpoint);
+            FlowLog {
+                log,
+                record,
+                bytes_in: Arc::new(AtomicU64::new(0)),
+            }
+        });
         let upstream = match connect_upstream(endpoint) {
             Ok(s) => Arc::new(s),
             Err(e) => {
@@ -153,6 +175,7 @@ pub async fn serve(
                 || telemetry::udp_flows_active("none", &[]),
                 |l| telemetry::udp_flows_active(&l.gateway, &l.sections),
             ),
+            logged_in: flow_log.as_ref().map(|f| Arc::clone(&f.bytes_in)),
         };
         flow.stats.flows.increment(1);
         send_upstream(&flow, datagram);
@@ -166,6 +189,7 @@ pub async fn serve(
                 stats: flow.stats.clone(),
                 epoch,
                 idle: settings.idle_timeout,
+                log: flow_log,
             },
             cancel.child_token(),
             ended_tx.clone(),
@@ -195,7 +219,12 @@ fn release(per_source: &mut HashMap<IpAddr, usize>, ip: IpAddr) {
 /// the reactor has seen the new socket writable, losing a flow's first datagram.
 fn send_upstream(flow: &Flow, datagram: &[u8]) {
     match socket2::SockRef::from(flow.upstream.as_ref()).send(datagram) {
-        Ok(_) => flow.stats.datagrams_in.increment(1),
+        Ok(_) => {
+            flow.stats.datagrams_in.increment(1);
+            if let Some(n) = &flow.logged_in {
+                n.fetch_add(datagram.len() as u64, Ordering::Relaxed);
+            }
+        }
         Err(e) => {
             tracing::debug!(error = %e, "UDP send to upstream failed");
             dropped("upstream_send");
@@ -223,6 +252,7 @@ struct FlowTask {
     stats: L4Stats,
     epoch: Instant,
     idle: Duration,
+    log: Option<FlowLog>,
 }
 
 thread_local! {
@@ -236,6 +266,7 @@ async fn run_flow(
     ended: mpsc::UnboundedSender<(SocketAddr, u64)>,
 ) {
     let idle_ms = u64::try_from(f.idle.as_millis()).unwrap_or(u64::MAX);
+    let mut bytes_out = 0u64;
     loop {
         let quiet = millis(f.epoch).saturating_sub(f.last_seen.load(Ordering::Relaxed));
         if quiet >= idle_ms {
@@ -256,7 +287,10 @@ async fn run_flow(
                         f.last_seen.store(millis(f.epoch), Ordering::Relaxed);
                         let to = socket2::SockAddr::from(f.client);
                         match socket2::SockRef::from(f.downstream.as_ref()).send_to(&buf[..n], &to) {
-                            Ok(_) => f.stats.datagrams_out.increment(1),
+                            Ok(_) => {
+                                f.stats.datagrams_out.increment(1);
+                                bytes_out += n as u64;
+                            }
                             Err(_) => dropped("downstream_send"),
                         }
                     }
@@ -267,6 +301,15 @@ async fn run_flow(
                 });
             }
         }
+    }
+    if let Some(FlowLog {
+        log,
+        mut record,
+        bytes_in,
+    }) = f.log
+    {
+        record.add_bytes(bytes_in.load(Ordering::Relaxed), bytes_out);
+        record.finish(log);
     }
     // The loop may be gone already (listener removed); nothing to tell it then.
     let _ = ended.send((f.client, f.id));

@@ -26,6 +26,12 @@ use crate::telemetry::RouteStats;
 pub struct RuleAction {
     /// `namespace/name` of the HTTPRoute, for metrics and logs.
     pub route: Arc<str>,
+    /// `HTTPRoute` or `GRPCRoute`, for access logs.
+    #[serde(skip)]
+    pub kind: &'static str,
+    /// The rule's `name`, if it has one, for access logs.
+    #[serde(skip)]
+    pub rule: Option<Arc<str>>,
     #[serde(skip_serializing_if = "Filters::is_empty")]
     pub filters: Filters,
     pub backends: BackendSet,

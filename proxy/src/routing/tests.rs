@@ -19,6 +19,8 @@ fn entry(route: &str, path: PathMatch, created: i64) -> RouteEntry {
         },
         action: Arc::new(RuleAction {
             route: route.into(),
+            kind: "HTTPRoute",
+            rule: None,
             filters: crate::filters::Filters::default(),
             backends: BackendSet::default(),
             timeout: None,

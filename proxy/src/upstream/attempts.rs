@@ -18,10 +18,11 @@ use http::request::Parts as RequestParts;
 use http::uri::PathAndQuery;
 use http::{HeaderValue, Request, Response};
 use http_body_util::{BodyExt, Either, Full, Limited};
-use hyper::body::{Body as _, Incoming};
+use hyper::body::Body as _;
 use tokio::time::Instant;
 
 use super::{UpstreamBody, UpstreamError, Upstreams, record_failure, record_health};
+use crate::access_log::RequestBody;
 use crate::backend::{Backend, Endpoint, UpstreamProtocol};
 use crate::http::{ProxyError, outbound};
 use crate::retry::{MAX_REPLAY_BODY, RetryPolicy, is_idempotent};
@@ -34,6 +35,14 @@ pub(crate) struct Target<'a> {
     pub backend: &'a Backend,
     pub endpoint: &'a Endpoint,
     pub protocol: UpstreamProtocol,
+}
+
+/// Where an exchange went, for the access log: the endpoint of its last attempt and
+/// how many attempts came before it.
+#[derive(Debug, Default)]
+pub(crate) struct Tried {
+    pub endpoint: Option<SocketAddr>,
+    pub retries: u32,
 }
 
 /// What may be retried for this request.
@@ -53,7 +62,12 @@ struct Plan<'a> {
 }
 
 impl<'a> Plan<'a> {
-    fn for_request(t: &Target<'a>, parts: &RequestParts, body: &Incoming, upgrade: bool) -> Self {
+    fn for_request(
+        t: &Target<'a>,
+        parts: &RequestParts,
+        body: &RequestBody,
+        upgrade: bool,
+    ) -> Self {
         let Some(p) = t.policy else {
             return Self {
                 retries: if t.protocol == UpstreamProtocol::Mesh {
@@ -112,8 +126,9 @@ pub(crate) async fn exchange(
     t: Target<'_>,
     mut parts: RequestParts,
     path_and_query: PathAndQuery,
-    body: Incoming,
+    body: RequestBody,
     upgrade: Option<&HeaderValue>,
+    tried: &mut Tried,
 ) -> Result<Response<UpstreamBody>, ProxyError> {
     let plan = Plan::for_request(&t, &parts, &body, upgrade.is_some());
     let (mut stream, replay) = if !plan.replay || body.is_end_stream() {
@@ -131,6 +146,8 @@ pub(crate) async fn exchange(
     let mut retry = 0u32;
     let mut head_taken = false;
     loop {
+        tried.endpoint = Some(endpoint.addr);
+        tried.retries = retry;
         let deadline = plan.attempt_timeout.map(|d| Instant::now() + d);
         let outcome = match within(
             deadline,

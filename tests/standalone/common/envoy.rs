@@ -76,6 +76,7 @@ impl TestEnv {
         let config_path = dir.join("envoy.yaml");
         std::fs::write(&config_path, config)?;
         let log_path = self.dir.path().join(format!("envoy-{ip}.log"));
+        let stdout_path = self.dir.path().join(format!("envoy-{ip}.stdout.log"));
         let log = std::fs::File::create(&log_path)?;
         let args = vec![
             "-c".to_owned(),
@@ -89,7 +90,7 @@ impl TestEnv {
         let child = Command::new(envoy_binary()?)
             .args(&args)
             .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
+            .stdout(std::fs::File::create(&stdout_path)?)
             .stderr(log)
             .spawn()?;
         let mut proc = Proc {
@@ -97,6 +98,7 @@ impl TestEnv {
             label: format!("envoy-{ip}"),
             args,
             log_path,
+            stdout_path,
             passed: Arc::clone(&self.passed),
             reaped: None,
         };

@@ -150,23 +150,27 @@ impl TestEnv {
         Ok(())
     }
 
+    /// Starts the binary with `args`. Its stderr (process logs) goes to `<label>.log`
+    /// and its stdout (the edge's access log) to `<label>.stdout.log`.
     pub fn spawn(&self, label: &str, args: &[String]) -> Result<Proc, BoxError> {
         let log_path = self.dir.path().join(format!("{label}.log"));
+        let stdout_path = self.dir.path().join(format!("{label}.stdout.log"));
         let log = File::create(&log_path)?;
-        let log2 = log.try_clone()?;
+        let out = File::create(&stdout_path)?;
         let rust_log = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned());
         let child = Command::new(env!("CARGO_BIN_EXE_aether-edge"))
             .args(args)
             .env("RUST_LOG", rust_log)
             .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
+            .stdout(out)
+            .stderr(log)
             .spawn()?;
         Ok(Proc {
             child,
             label: label.to_owned(),
             args: args.to_vec(),
             log_path,
+            stdout_path,
             passed: Arc::clone(&self.passed),
             reaped: None,
         })

@@ -15,6 +15,7 @@ pub struct Proc {
     pub(super) label: String,
     pub(super) args: Vec<String>,
     pub(super) log_path: PathBuf,
+    pub(super) stdout_path: PathBuf,
     pub(super) passed: Arc<AtomicBool>,
     pub(super) reaped: Option<ExitStatus>,
 }
@@ -24,8 +25,14 @@ impl Proc {
         self.child.id()
     }
 
+    /// What the process wrote to stderr: its logs.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// What the process wrote to stdout: the edge's access log.
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.stdout_path).unwrap_or_default()
     }
 
     /// Errors if the process has already exited (with its log, to explain why).
@@ -83,11 +90,12 @@ impl Drop for Proc {
         }
         if !self.passed.load(Ordering::SeqCst) || std::thread::panicking() {
             eprintln!(
-                "===== {} (pid {}, args {:?}) log =====\n{}\n===== end {} =====",
+                "===== {} (pid {}, args {:?}) log =====\n{}\n===== stdout =====\n{}\n===== end {} =====",
                 self.label,
                 self.child.id(),
                 self.args,
                 self.log(),
+                self.stdout(),
                 self.label
             );
         }

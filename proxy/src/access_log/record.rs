@@ -1,0 +1,246 @@
+//! What one access-log line says, gathered on the request path as cheap clones
+//! (reference-counted header values, the URI, the matched rule's and listener's
+//! `Arc`s) and formatted only on the writer thread.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant, SystemTime};
+
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version, header};
+
+use super::AccessLog;
+use crate::http::{ConnInfo, X_FORWARDED_FOR};
+use crate::l4::L4Target;
+use crate::routing::RuleAction;
+use crate::snapshot::Listener;
+
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+
+/// One HTTP request's line.
+pub struct HttpRecord {
+    pub(super) log: &'static AccessLog,
+    pub(super) time: SystemTime,
+    pub(super) started: Instant,
+    pub(super) listener: Option<Arc<Listener>>,
+    pub(super) rule: Option<Arc<RuleAction>>,
+    /// The client: the connection's peer, or the address trusted proxies in front of
+    /// the edge put in `x-forwarded-for` (`--xff-trusted-hops`).
+    pub(super) client: IpAddr,
+    pub(super) method: Method,
+    pub(super) version: Version,
+    pub(super) uri: Uri,
+    pub(super) host: Option<HeaderValue>,
+    pub(super) user_agent: Option<HeaderValue>,
+    pub(super) request_id: Option<HeaderValue>,
+    pub(super) traceparent: Option<HeaderValue>,
+    pub(super) status: u16,
+    /// Why the edge answered itself (no route, timeout, ...); `None` for an answer
+    /// that came from a backend.
+    pub(super) reason: Option<&'static str>,
+    /// Request body bytes, counted by [`super::RequestBody`] as they are read; `None`
+    /// for a request without a body.
+    pub(super) request_bytes: Option<Arc<AtomicU64>>,
+    pub(super) response_bytes: u64,
+    pub(super) duration: Duration,
+    pub(super) upstream: Option<SocketAddr>,
+    /// From the request's arrival to the upstream's response headers.
+    pub(super) upstream_time: Option<Duration>,
+    pub(super) retries: u32,
+    /// The response body was sent to its end (false: the client went away first, or
+    /// the upstream body failed).
+    pub(super) complete: bool,
+}
+
+/// Starts a record for `req` when access logging is on and samples this request.
+pub fn begin_http<B: hyper::body::Body>(
+    log: Option<&'static AccessLog>,
+    conn: &ConnInfo,
+    req: &Request<B>,
+    trusted_hops: usize,
+    started: Instant,
+) -> Option<Box<HttpRecord>> {
+    let log = log.filter(|l| l.sampled())?;
+    let headers = req.headers();
+    // Bodies known to be empty (no Content-Length, or an HTTP/2 HEADERS frame
+    // ending the stream) need no counter.
+    let has_body = !req.body().is_end_stream();
+    Some(Box::new(HttpRecord {
+        log,
+        time: SystemTime::now(),
+        started,
+        listener: None,
+        rule: None,
+        client: client_ip(conn.peer.ip(), headers, trusted_hops),
+        method: req.method().clone(),
+        version: req.version(),
+        uri: req.uri().clone(),
+        host: headers.get(header::HOST).cloned(),
+        user_agent: headers.get(header::USER_AGENT).cloned(),
+        request_id: headers.get(X_REQUEST_ID).cloned(),
+        traceparent: headers.get(TRACEPARENT).cloned(),
+        status: 0,
+        reason: None,
+        request_bytes: has_body.then(|| Arc::new(AtomicU64::new(0))),
+        response_bytes: 0,
+        duration: Duration::ZERO,
+        upstream: None,
+        upstream_time: None,
+        retries: 0,
+        complete: false,
+    }))
+}
+
+impl HttpRecord {
+    pub(crate) fn set_listener(&mut self, listener: &Arc<Listener>) {
+        self.listener = Some(Arc::clone(listener));
+    }
+
+    pub(crate) fn set_rule(&mut self, rule: &Arc<RuleAction>) {
+        self.rule = Some(Arc::clone(rule));
+    }
+
+    pub(crate) fn set_upstream(&mut self, endpoint: SocketAddr, retries: u32, after: Duration) {
+        self.upstream = Some(endpoint);
+        self.retries = retries;
+        self.upstream_time = Some(after);
+    }
+
+    pub(crate) fn set_answer(&mut self, status: u16, reason: Option<&'static str>) {
+        self.status = status;
+        self.reason = reason;
+    }
+
+    /// The counter a request body wrapper adds to, if the request has a body.
+    pub(crate) fn request_counter(&self) -> Option<Arc<AtomicU64>> {
+        self.request_bytes.clone()
+    }
+}
+
+/// The client address when `hops` proxies in front of the edge are trusted: the
+/// `hops`-th `x-forwarded-for` entry from the right (each trusted proxy appended the
+/// address it saw), the leftmost when there are fewer, else the peer. Entries that are
+/// not addresses leave the peer.
+fn client_ip(peer: IpAddr, headers: &HeaderMap, hops: usize) -> IpAddr {
+    if hops == 0 {
+        return peer;
+    }
+    let mut entries = headers
+        .get_all(X_FORWARDED_FOR)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .rev();
+    let mut chosen = None;
+    for _ in 0..hops {
+        match entries.next() {
+            Some(e) => chosen = Some(e),
+            None => break,
+        }
+    }
+    chosen.and_then(parse_ip).unwrap_or(peer)
+}
+
+/// `1.2.3.4`, `1.2.3.4:80`, `::1` or `[::1]:80`.
+fn parse_ip(s: &str) -> Option<IpAddr> {
+    s.parse::<IpAddr>()
+        .ok()
+        .or_else(|| s.parse::<SocketAddr>().ok().map(|a| a.ip()))
+}
+
+/// One L4 connection's line (TCPRoute, TLSRoute).
+pub struct L4Record {
+    pub(super) time: SystemTime,
+    pub(super) started: Instant,
+    pub(super) listener: Option<Arc<Listener>>,
+    pub(super) target: Option<Arc<L4Target>>,
+    pub(super) peer: SocketAddr,
+    /// `tcp`, `tls-passthrough` or `tls-terminate`.
+    pub(super) protocol: &'static str,
+    pub(super) sni: Option<Box<str>>,
+    /// Why the connection was not forwarded (no route, no endpoint, ...).
+    pub(super) reason: Option<&'static str>,
+    pub(super) upstream: Option<SocketAddr>,
+    /// Client to backend.
+    pub(super) bytes_in: u64,
+    /// Backend to client.
+    pub(super) bytes_out: u64,
+    pub(super) duration: Duration,
+}
+
+impl L4Record {
+    pub fn new(listener: Option<Arc<Listener>>, peer: SocketAddr, protocol: &'static str) -> Self {
+        Self {
+            time: SystemTime::now(),
+            started: Instant::now(),
+            listener,
+            target: None,
+            peer,
+            protocol,
+            sni: None,
+            reason: None,
+            upstream: None,
+            bytes_in: 0,
+            bytes_out: 0,
+            duration: Duration::ZERO,
+        }
+    }
+
+    pub(crate) fn set_sni(&mut self, sni: Option<&str>) {
+        self.sni = sni.map(Into::into);
+    }
+
+    pub(crate) fn set_target(&mut self, target: &Arc<L4Target>) {
+        self.target = Some(Arc::clone(target));
+    }
+
+    pub(crate) fn set_protocol(&mut self, protocol: &'static str) {
+        self.protocol = protocol;
+    }
+
+    pub(crate) fn refused(&mut self, reason: &'static str) {
+        self.reason = Some(reason);
+    }
+
+    pub(crate) fn set_upstream(&mut self, upstream: SocketAddr) {
+        self.upstream = Some(upstream);
+    }
+
+    pub(crate) fn add_bytes(&mut self, bytes_in: u64, bytes_out: u64) {
+        self.bytes_in += bytes_in;
+        self.bytes_out += bytes_out;
+    }
+
+    /// Ends the connection's record and hands it to `log`.
+    pub fn finish(mut self: Box<Self>, log: &AccessLog) {
+        self.duration = self.started.elapsed();
+        log.l4(self);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_is_the_trusted_hops_entry_from_the_right() {
+        let peer: IpAddr = "127.0.0.9".parse().unwrap_or(IpAddr::from([0, 0, 0, 0]));
+        let mut h = HeaderMap::new();
+        h.append(
+            X_FORWARDED_FOR,
+            HeaderValue::from_static("6.6.6.6, 10.0.0.1"),
+        );
+        h.append(X_FORWARDED_FOR, HeaderValue::from_static("10.0.0.2:443"));
+        let ip = |s: &str| s.parse::<IpAddr>().ok();
+        assert_eq!(Some(client_ip(peer, &h, 0)), Some(peer));
+        assert_eq!(Some(client_ip(peer, &h, 1)), ip("10.0.0.2"));
+        assert_eq!(Some(client_ip(peer, &h, 2)), ip("10.0.0.1"));
+        assert_eq!(Some(client_ip(peer, &h, 9)), ip("6.6.6.6"));
+        assert_eq!(Some(client_ip(peer, &HeaderMap::new(), 1)), Some(peer));
+        h.insert(X_FORWARDED_FOR, HeaderValue::from_static("not-an-ip"));
+        assert_eq!(Some(client_ip(peer, &h, 1)), Some(peer));
+    }
+}

@@ -1,0 +1,145 @@
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderValue, Request};
+use http_body_util::{BodyExt, Either, Full};
+
+use super::format::trace_id;
+use super::*;
+use crate::http::ConnInfo;
+
+/// A sink the test can read back.
+#[derive(Clone, Default)]
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Shared {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .map_err(|_| std::io::ErrorKind::Other)?
+            .extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn start(format: Format, statuses: &str) -> (&'static AccessLog, Shared) {
+    let sink = Shared::default();
+    let log = AccessLog::start(
+        Settings {
+            format,
+            sample: 1.0,
+            statuses: StatusClasses::parse(statuses).unwrap(),
+        },
+        Box::new(sink.clone()),
+    )
+    .unwrap();
+    (log, sink)
+}
+
+/// Logs one request answered locally with `status`, its body sent to its end.
+async fn one(log: &'static AccessLog, status: u16, path: &str) {
+    let conn = ConnInfo::new(
+        "127.0.0.1:8080".parse().unwrap(),
+        "127.0.0.9:5555".parse().unwrap(),
+        std::sync::Arc::new(crate::upstream::Upstreams::new(
+            &crate::upstream::UpstreamSettings::default(),
+            None,
+        )),
+    );
+    let req = Request::builder()
+        .uri(path)
+        .header("host", "a.example.com")
+        .header(
+            "user-agent",
+            HeaderValue::from_bytes(b"tester \"1\"\tforged=line\\ \xff").unwrap(),
+        )
+        .header("x-request-id", "req-1")
+        .header(
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        )
+        .body(http_body_util::Empty::<Bytes>::new())
+        .unwrap();
+    let mut record = begin_http(Some(log), &conn, &req, 0, Instant::now()).unwrap();
+    record.set_answer(status, Some("no_route"));
+    let body = LoggedBody::new(
+        Either::Right(Full::new(Bytes::from_static(b"no route\n"))),
+        Some(record),
+    );
+    let sent = body.collect().await.unwrap().to_bytes();
+    assert_eq!(&sent[..], b"no route\n");
+}
+
+fn lines(log: &AccessLog, sink: &Shared) -> String {
+    log.flush(Duration::from_secs(5));
+    String::from_utf8(sink.0.lock().unwrap().clone()).unwrap()
+}
+
+#[tokio::test]
+async fn json_line_has_the_request_and_the_reason() {
+    let (log, sink) = start(Format::Json, "1xx,2xx,3xx,4xx,5xx");
+    one(log, 404, "/a%20b?secret=1").await;
+    let text = lines(log, &sink);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(v["status"], 404);
+    assert_eq!(v["reason"], "no_route");
+    assert_eq!(v["path"], "/a%20b", "the query is not logged");
+    assert_eq!(v["authority"], "a.example.com");
+    assert_eq!(v["client"], "127.0.0.9");
+    assert_eq!(v["request_id"], "req-1");
+    assert_eq!(v["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+    assert_eq!(v["user_agent"], "tester \"1\"\tforged=line\\ \u{fffd}");
+    assert_eq!(v["response_bytes"], 9);
+    assert_eq!(v["complete"], true);
+    assert!(v["route"].is_null() && v["upstream"].is_null());
+}
+
+#[tokio::test]
+async fn text_line_escapes_what_the_client_sent() {
+    let (log, sink) = start(Format::Text, "4xx");
+    one(log, 404, "/x").await;
+    // Filtered out: 2xx is not among the classes logged.
+    one(log, 200, "/y").await;
+    let text = lines(log, &sink);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert!(text.contains(" status=404 reason=no_route "), "{text}");
+    assert!(text.contains(" path=/x "), "{text}");
+    assert!(
+        text.contains("user_agent=\"tester \\\"1\\\"\\tforged=line\\\\ \u{fffd}\""),
+        "{text}"
+    );
+    assert!(text.contains(" route=- "), "{text}");
+}
+
+#[test]
+fn status_classes_parse_and_match() {
+    let c = StatusClasses::parse("4xx, 5XX").unwrap();
+    assert!(c.contains(404) && c.contains(503) && !c.contains(200) && !c.contains(0));
+    assert!(StatusClasses::parse("6xx").is_err());
+    assert!(StatusClasses::parse("").is_err());
+    assert!(StatusClasses::ALL.contains(101) && StatusClasses::ALL.contains(599));
+}
+
+#[test]
+fn trace_ids_come_only_from_valid_traceparents() {
+    let t = |s: &'static str| trace_id(&HeaderValue::from_static(s)).map(str::to_owned);
+    assert_eq!(
+        t("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").as_deref(),
+        Some("4bf92f3577b34da6a3ce929d0e0e4736")
+    );
+    assert_eq!(
+        t("00-00000000000000000000000000000000-00f067aa0ba902b7-01"),
+        None
+    );
+    assert_eq!(
+        t("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01"),
+        None
+    );
+    assert_eq!(t("garbage"), None);
+}
