@@ -5,8 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-cargo build --release --quiet
-bin=target/release/aether-edge
+# The quick profile: release speed without the whole-program LTO of what ships, so a
+# first build takes minutes, not tens of them.
+cargo build --profile quick --locked --quiet --bin aether-edge
+bin=target/quick/aether-edge
 
 "$bin" echo --listen 127.0.0.1:9000 --name quickstart &
 echo_pid=$!
