@@ -143,6 +143,8 @@ fuzz_target!(|input: Input| {
             },
             action: Arc::new(RuleAction {
                 route: name,
+                kind: "HTTPRoute",
+                rule: None,
                 filters: Filters::default(),
                 backends: BackendSet::default(),
                 timeout: None,
