@@ -11,18 +11,6 @@ use crate::common::*;
 
 const URI_B: &str = "spiffe://cluster.local/ns/default/sa/b";
 
-fn config_map(name: &str, ca: &TestCa) -> String {
-    let pem: String = ca
-        .cert_pem
-        .trim()
-        .lines()
-        .map(|l| format!("    {l}\n"))
-        .collect();
-    format!(
-        "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: default\ndata:\n  ca.crt: |\n{pem}"
-    )
-}
-
 /// A Service `svc` (port `http` 80, optional appProtocol) with one endpoint.
 fn service(svc: &str, endpoint: SocketAddr, app_protocol: Option<&str>) -> String {
     let app = app_protocol.map_or(String::new(), |p| format!("\n    appProtocol: {p}"));
@@ -80,8 +68,8 @@ fn manifests(net: Net, trusted: &TestCa, other: &TestCa) -> String {
         Some(&net.ip_str(5)),
         &[("http", LISTENER_PORT)],
     ));
-    m.push_str(&config_map("ca", trusted));
-    m.push_str(&config_map("other-ca", other));
+    m.push_str(&ca_config_map("default", "ca", trusted));
+    m.push_str(&ca_config_map("default", "other-ca", other));
     let cases: [(&str, SocketAddr, Option<&str>, String); 8] = [
         ("secure", a, None, ca_ref("backend.example.com", "ca")),
         ("wrong-name", a, None, ca_ref("wrong.example.com", "ca")),
@@ -308,7 +296,7 @@ spec:
         "wild",
         &edge_ca.leaf(&["*.example.com"])?,
     ));
-    m.push_str(&config_map("ca", &backend_ca));
+    m.push_str(&ca_config_map("default", "ca", &backend_ca));
     m.push_str(&service("secure", net.echo_a(), None));
     m.push_str(&policy(
         "secure",

@@ -12,18 +12,6 @@ const FALLBACK: u16 = 9443;
 const BROKEN: u16 = 10443;
 const WRONG_KIND: u16 = 11443;
 
-fn config_map(name: &str, ca: &TestCa) -> String {
-    let pem: String = ca
-        .cert_pem
-        .trim()
-        .lines()
-        .map(|l| format!("    {l}\n"))
-        .collect();
-    format!(
-        "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: default\ndata:\n  ca.crt: |\n{pem}"
-    )
-}
-
 fn manifests(net: Net, server: &Leaf, client_ca: &TestCa) -> String {
     let ip = net.ip_str(5);
     let listener = |name: &str, port: u16| {
@@ -69,7 +57,7 @@ spec:
         listener("wrong-kind", WRONG_KIND),
     ));
     m.push_str(&tls_secret("default", "server", server));
-    m.push_str(&config_map("client-ca", client_ca));
+    m.push_str(&ca_config_map("default", "client-ca", client_ca));
     m.push_str(&backend("default", "svc", net.echo_a(), true));
     m.push_str(&route(
         "default",

@@ -40,15 +40,7 @@ spec:
     ));
     m.push_str(&tls_secret("default", "server", server));
     if let Some(ca) = client_ca {
-        let pem: String = ca
-            .cert_pem
-            .trim()
-            .lines()
-            .map(|l| format!("    {l}\n"))
-            .collect();
-        m.push_str(&format!(
-            "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: client-ca\n  namespace: default\ndata:\n  ca.crt: |\n{pem}"
-        ));
+        m.push_str(&ca_config_map("default", "client-ca", ca));
     }
     m.push_str(&backend("default", "svc", net.echo_a(), true));
     m.push_str(&route(
