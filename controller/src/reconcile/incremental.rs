@@ -284,8 +284,7 @@ impl RouteMemo {
         gateway_side: GatewaySideRefs<'_, '_>,
     ) -> Vec<&'m mut CachedRoute> {
         self.redone = Redone::default();
-        let exts = &store.http_route_ext;
-        let ext_of = |k: &ObjectKey| (!exts.is_empty()).then(|| exts.get(k)).flatten();
+        let ext_of = |k: &ObjectKey| store.http_route_ext.get(k);
         let mut work = Work {
             interest: &mut self.interest,
             redone: &mut self.redone,
@@ -357,8 +356,7 @@ impl Work<'_, '_> {
             !changes.all_stale
                 && Arc::ptr_eq(&c.object, route)
                 && c.ext.as_ref() == ext
-                && (changes.services.is_empty()
-                    || !c.referenced.iter().any(|s| changes.services.contains(s)))
+                && !c.referenced.iter().any(|s| changes.services.contains(s))
         };
         let mut stale: Vec<(&ObjectKey, &Arc<HttpRoute>)> = Vec::new();
         let mut gone: Vec<ObjectKey> = Vec::new();

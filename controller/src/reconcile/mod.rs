@@ -269,8 +269,6 @@ fn run(
         })
         .collect();
     let mut snapshot = memo.translate.snapshot(&models, &mut views, internal);
-    drop(views);
-    drop(routes);
     l4_translate::add_listeners(&mut snapshot, &models, &l4_routes, internal);
     let (set_statuses, attached_sets) = listenerset::statuses(&sets, &models);
     statuses.listener_sets = set_statuses;
