@@ -10,6 +10,8 @@ use gateway_api::gatewayclasses::GatewayClassStatus;
 use gateway_api::gateways::GatewayStatus;
 use gateway_api::httproutes::HttpRouteStatus;
 use gateway_api::listenersets::ListenerSetStatus;
+use imbl::OrdMap;
+use imbl::ordmap::DiffItem;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
@@ -21,10 +23,19 @@ use crate::store::ObjectKey;
 
 /// An object's status, shared by `Arc`: the incremental reconciler hands out the same
 /// status for an object that did not change, and publishing copies pointers.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct ObjectStatus<S> {
     pub generation: i64,
     pub status: Arc<S>,
+}
+
+/// Equal contents, with the shared status (the common case in a diff of two runs'
+/// maps) answered by a pointer comparison.
+impl<S: PartialEq> PartialEq for ObjectStatus<S> {
+    fn eq(&self, other: &Self) -> bool {
+        self.generation == other.generation
+            && (Arc::ptr_eq(&self.status, &other.status) || self.status == other.status)
+    }
 }
 
 impl<S> ObjectStatus<S> {
@@ -40,9 +51,11 @@ impl<S> ObjectStatus<S> {
 pub struct Statuses {
     pub gateway_classes: BTreeMap<String, ObjectStatus<GatewayClassStatus>>,
     pub gateways: BTreeMap<ObjectKey, ObjectStatus<GatewayStatus>>,
-    pub http_routes: BTreeMap<ObjectKey, ObjectStatus<HttpRouteStatus>>,
+    /// Route statuses are persistent maps: the reconciler patches the routes a change
+    /// touched, and copies are O(1), however many routes there are.
+    pub http_routes: RouteStatuses,
     /// GRPCRoute status has HTTPRoute's shape exactly.
-    pub grpc_routes: BTreeMap<ObjectKey, ObjectStatus<HttpRouteStatus>>,
+    pub grpc_routes: RouteStatuses,
     /// GEP-5093: the routability of each Gateway `status.addresses` entry, index for
     /// index (the typed status has no field for it; writers add it).
     pub address_routability: BTreeMap<ObjectKey, Vec<String>>,
@@ -64,6 +77,9 @@ pub fn with_routability(mut status: Value, scopes: &[Option<String>]) -> Value {
     }
     status
 }
+
+/// HTTPRoute or GRPCRoute statuses by route.
+pub type RouteStatuses = OrdMap<ObjectKey, ObjectStatus<HttpRouteStatus>>;
 
 const API_VERSION: &str = "gateway.networking.k8s.io/v1";
 
@@ -222,13 +238,13 @@ impl Statuses {
                 );
             }
         };
-        carry(
+        carry_changes(
             &mut self.http_routes,
             &previous_input.http_routes,
             &previous.http_routes,
             route,
         );
-        carry(
+        carry_changes(
             &mut self.grpc_routes,
             &previous_input.grpc_routes,
             &previous.grpc_routes,
@@ -368,6 +384,34 @@ fn carry<K: Ord, S: Clone>(
     }
 }
 
+/// [`carry`] for persistent maps, at the cost of what changed: `previous` (the stamped
+/// `previous_input`, key for key) patched with the entries that differ between
+/// `previous_input` and `current`, found by a diff that skips the subtrees they share.
+fn carry_changes<K: Ord + Clone, S: Clone + PartialEq>(
+    current: &mut OrdMap<K, ObjectStatus<S>>,
+    previous_input: &OrdMap<K, ObjectStatus<S>>,
+    previous: &OrdMap<K, ObjectStatus<S>>,
+    mut stamp_one: impl FnMut(&mut S, Option<&S>),
+) {
+    let mut out = previous.clone();
+    for change in previous_input.diff(current) {
+        let (key, s) = match change {
+            DiffItem::Remove(key, _) => {
+                out.remove(key);
+                continue;
+            }
+            DiffItem::Add(key, s) | DiffItem::Update { new: (key, s), .. } => (key, s),
+        };
+        let mut s = s.clone();
+        stamp_one(
+            Arc::make_mut(&mut s.status),
+            previous.get(key).map(|p| &*p.status),
+        );
+        out.insert(key.clone(), s);
+    }
+    *current = out;
+}
+
 /// The value at `key` in a key-ordered walk, skipping the smaller keys; called with
 /// ascending keys.
 fn seek<'a, K: Ord + 'a, V: 'a>(
@@ -461,5 +505,75 @@ mod tests {
             &next.gateway_classes["d"].status,
             &published.gateway_classes["d"].status
         ));
+    }
+
+    fn route(accepted: bool) -> ObjectStatus<HttpRouteStatus> {
+        use gateway_api::httproutes::{HttpRouteStatusParents, HttpRouteStatusParentsParentRef};
+        ObjectStatus::new(
+            1,
+            HttpRouteStatus {
+                parents: vec![HttpRouteStatusParents {
+                    conditions: vec![cond::condition("Accepted", accepted, "Accepted", "", 1)],
+                    controller_name: "aether.io/edge".to_owned(),
+                    parent_ref: HttpRouteStatusParentsParentRef {
+                        name: "gw".to_owned(),
+                        ..Default::default()
+                    },
+                }],
+            },
+        )
+    }
+
+    fn route_times(s: &Statuses) -> Vec<(String, Timestamp)> {
+        s.http_routes
+            .iter()
+            .map(|(k, s)| {
+                let c = &s.status.parents[0].conditions[0];
+                (k.name.to_string(), c.last_transition_time.0)
+            })
+            .collect()
+    }
+
+    /// Route statuses are carried by a diff of persistent maps: an entry the diff skips
+    /// must come out exactly as published, one it reports stamped afresh.
+    #[test]
+    fn route_transition_times_follow_only_what_changed() {
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let t1 = Timestamp::from_second(2_000).unwrap();
+        let key = |n: &str| ObjectKey::new("default", n);
+        let mut first = Statuses::default();
+        for name in ["b", "d", "f", "g"] {
+            first.http_routes.insert(key(name), route(true));
+        }
+        let input = first.clone();
+        first.carry_transition_times(&Statuses::default(), &Statuses::default(), t0);
+        let published = first;
+        assert_eq!(route_times(&published).len(), 4);
+
+        // From the last input: "a" added, "b" removed, "f" flipped, "g" replaced by an
+        // equal status (a new allocation), "d" untouched.
+        let mut next = input.clone();
+        next.http_routes.insert(key("a"), route(true));
+        next.http_routes.remove(&key("b"));
+        next.http_routes.insert(key("f"), route(false));
+        next.http_routes.insert(key("g"), route(true));
+        next.carry_transition_times(&input, &published, t1);
+
+        let name = |n: &str| n.to_owned();
+        assert_eq!(
+            route_times(&next),
+            [
+                (name("a"), t1),
+                (name("d"), t0),
+                (name("f"), t1),
+                (name("g"), t0)
+            ]
+        );
+        for n in ["d", "g"] {
+            assert!(Arc::ptr_eq(
+                &next.http_routes[&key(n)].status,
+                &published.http_routes[&key(n)].status
+            ));
+        }
     }
 }

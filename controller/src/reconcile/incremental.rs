@@ -33,6 +33,7 @@ use super::route::{Attached, RouteModel};
 use super::translate::{RouteActions, TranslateMemo};
 use super::{Addressing, Outcome, Settings};
 use crate::route_ext::HttpRouteExt;
+use crate::status::{ObjectStatus, RouteStatuses};
 use crate::store::{ObjectKey, Store};
 
 /// A reconciler for one source's Store, reused across changes.
@@ -92,6 +93,11 @@ pub(super) struct RouteMemo {
     /// How many cached routes resolved each Service: the endpoint interest of routes
     /// not compiled again.
     interest: BTreeMap<ObjectKey, usize>,
+    /// The statuses of the routes with any parent to report, patched where a route's
+    /// attachment was decided again or the route went: each run hands out an O(1)
+    /// copy, and the publisher finds the changes by a diff.
+    http_statuses: RouteStatuses,
+    grpc_statuses: RouteStatuses,
     /// What the last run did again rather than reuse.
     pub(super) redone: Redone,
 }
@@ -275,14 +281,15 @@ impl RouteMemo {
     /// Phase: HTTPRoutes then GRPCRoutes (in HTTPRoute form), each brought up to date
     /// with the Store (compiled again only when stale), then each attached (decided
     /// again only where the decision is stale). Returns every route's entry in key
-    /// order, HTTPRoutes first, each with its attachment set.
+    /// order, HTTPRoutes first, each with its attachment set, and the HTTPRoute and
+    /// GRPCRoute statuses.
     pub(super) fn attach<'m, 's>(
         &'m mut self,
         store: &'s Store,
         changes: &Changes,
         resolver: &mut BackendResolver<'s>,
         gateway_side: GatewaySideRefs<'_, '_>,
-    ) -> Vec<&'m mut CachedRoute> {
+    ) -> (Vec<&'m mut CachedRoute>, [RouteStatuses; 2]) {
         self.redone = Redone::default();
         let ext_of = |k: &ObjectKey| store.http_route_ext.get(k);
         let mut work = Work {
@@ -291,36 +298,70 @@ impl RouteMemo {
             changes,
             resolver,
         };
-        work.sync(&mut self.http, "HTTPRoute", &store.http_routes, ext_of);
-        work.sync(&mut self.grpc, "GRPCRoute", &store.grpc_routes, |_| None);
+        work.sync(
+            &mut self.http,
+            &mut self.http_statuses,
+            "HTTPRoute",
+            &store.http_routes,
+            ext_of,
+        );
+        work.sync(
+            &mut self.grpc,
+            &mut self.grpc_statuses,
+            "GRPCRoute",
+            &store.grpc_routes,
+            |_| None,
+        );
         let mut routes = Vec::with_capacity(self.http.len() + self.grpc.len());
-        for c in self.http.values_mut().chain(self.grpc.values_mut()) {
-            if changes.gateway_side {
-                c.attached = None;
+        let kinds = [
+            (&mut self.http, &mut self.http_statuses),
+            (&mut self.grpc, &mut self.grpc_statuses),
+        ];
+        for (cache, statuses) in kinds {
+            for (key, c) in cache.iter_mut() {
+                if changes.gateway_side {
+                    c.attached = None;
+                }
+                if c.attached.is_none() {
+                    self.redone.attached += 1;
+                    let attached = super::route::attach_route(
+                        store,
+                        gateway_side.sets,
+                        gateway_side.controller_name,
+                        &c.model,
+                        &c.object,
+                        gateway_side.gateways,
+                    );
+                    // Actions for a Gateway the route no longer serves on are not needed.
+                    c.actions
+                        .retain(|gw| attached.placements.iter().any(|p| p.gateway == *gw));
+                    report(statuses, key, c.model.generation, &attached);
+                    c.attached = Some(attached);
+                }
+                routes.push(c);
             }
-            if c.attached.is_none() {
-                self.redone.attached += 1;
-                let attached = super::route::attach_route(
-                    store,
-                    gateway_side.sets,
-                    gateway_side.controller_name,
-                    &c.model,
-                    &c.object,
-                    gateway_side.gateways,
-                );
-                // Actions for a Gateway the route no longer serves on are not needed.
-                c.actions
-                    .retain(|gw| attached.placements.iter().any(|p| p.gateway == *gw));
-                c.attached = Some(attached);
-            }
-            routes.push(c);
         }
-        routes
+        let statuses = [self.http_statuses.clone(), self.grpc_statuses.clone()];
+        (routes, statuses)
     }
 
     /// The Services the cached routes resolved.
     pub(super) fn interest(&self) -> impl Iterator<Item = &ObjectKey> {
         self.interest.keys()
+    }
+}
+
+/// Puts a route's status as `attached` decided it; a route with no parent to report
+/// (none of its parents is ours) has none.
+fn report(statuses: &mut RouteStatuses, key: &ObjectKey, generation: i64, attached: &Attached) {
+    if attached.status.parents.is_empty() {
+        statuses.remove(key);
+    } else {
+        let entry = ObjectStatus {
+            generation,
+            status: Arc::clone(&attached.status),
+        };
+        statuses.insert(key.clone(), entry);
     }
 }
 
@@ -347,6 +388,7 @@ impl Work<'_, '_> {
     fn sync<'e>(
         &mut self,
         cache: &mut BTreeMap<ObjectKey, CachedRoute>,
+        statuses: &mut RouteStatuses,
         kind: &'static str,
         current: &BTreeMap<ObjectKey, Arc<HttpRoute>>,
         ext_of: impl Fn(&ObjectKey) -> Option<&'e HttpRouteExt>,
@@ -393,6 +435,7 @@ impl Work<'_, '_> {
             }
         }
         for key in gone {
+            statuses.remove(&key);
             if let Some(c) = cache.remove(&key) {
                 forget_interest(self.interest, &c);
             }

@@ -28,7 +28,6 @@ mod translate;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
-use std::sync::Arc;
 
 use aether_proxy::Snapshot;
 use gateway_api::gatewayclasses::GatewayClassStatus;
@@ -190,7 +189,7 @@ fn run(
 
     let changes = memo.observe(store);
     let mut resolver = backend::BackendResolver::with_cache(store, memo.take_backends(&changes));
-    let mut routes = memo.routes.attach(
+    let (mut routes, [http_statuses, grpc_statuses]) = memo.routes.attach(
         store,
         &changes,
         &mut resolver,
@@ -205,24 +204,8 @@ fn run(
             route::place(index, &attached.placements, &mut models);
         }
     }
-    // Routes come in key order, HTTPRoutes first: each map is built from sorted
-    // entries in one pass rather than by an insert per route.
-    let mut reported = routes
-        .iter()
-        .filter_map(|c| Some((&c.model, c.attached()?)))
-        .filter(|(_, attached)| !attached.status.parents.is_empty())
-        .map(|(model, attached)| {
-            let entry = ObjectStatus {
-                generation: model.generation,
-                status: Arc::clone(&attached.status),
-            };
-            (model.kind == "GRPCRoute", (model.key.clone(), entry))
-        })
-        .peekable();
-    statuses.http_routes = std::iter::from_fn(|| reported.next_if(|(grpc, _)| !grpc))
-        .map(|(_, e)| e)
-        .collect();
-    statuses.grpc_routes = reported.map(|(_, e)| e).collect();
+    statuses.http_routes = http_statuses;
+    statuses.grpc_routes = grpc_statuses;
     let route_count = routes.len();
 
     let l4_routes: Vec<_> = store
