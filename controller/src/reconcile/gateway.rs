@@ -39,7 +39,8 @@ pub struct ListenerModel<'a> {
     pub conflict: Option<Problem>,
     pub refs: Result<(), Problem>,
     pub supported_kinds: Vec<GatewayStatusListenersSupportedKinds>,
-    pub attachments: Vec<RouteAttachment>,
+    /// How many HTTPRoutes and GRPCRoutes are attached here.
+    pub routes: usize,
     /// The certificate an HTTPS listener terminates with.
     pub certificate: Option<Arc<CertifiedKey>>,
     /// Client-certificate validation on an HTTPS listener's port.
@@ -104,7 +105,7 @@ impl ListenerModel<'_> {
 
     /// Routes attached here, of every kind.
     pub fn attached_routes(&self) -> usize {
-        self.attachments.len() + self.l4_attachments.len()
+        self.routes + self.l4_attachments.len()
     }
 
     pub fn port(&self) -> Option<u16> {
@@ -282,7 +283,7 @@ fn validate(spec: &GatewayListeners) -> ListenerModel<'_> {
         conflict: None,
         refs: Ok(()),
         supported_kinds: Vec::new(),
-        attachments: Vec::new(),
+        routes: 0,
         certificate: None,
         client_auth: None,
         l4_attachments: Vec::new(),

@@ -22,18 +22,15 @@ use std::sync::Arc;
 use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
-use gateway_api::httproutes::HttpRoute;
 use gateway_api::listenersets::ListenerSet;
 use gateway_api::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::backend::{BackendCache, BackendResolver};
-use super::route::{Attached, RouteModel};
-use super::translate::{RouteActions, TranslateMemo};
+use super::route_memo::RouteMemo;
+use super::translate::TranslateMemo;
 use super::{Addressing, Outcome, Settings};
-use crate::route_ext::HttpRouteExt;
-use crate::status::{ObjectStatus, RouteStatuses};
 use crate::store::{ObjectKey, Store};
 
 /// A reconciler for one source's Store, reused across changes.
@@ -81,45 +78,6 @@ pub struct Redone {
     pub compiled: usize,
     /// Routes whose attachment was decided again.
     pub attached: usize,
-}
-
-/// Per route, what was derived from it. Kept in key order, like the Store's maps, so
-/// a run finds what changed by walking both side by side (a pointer comparison per
-/// route) and hands the phases after it each route's entry without a lookup.
-#[derive(Default)]
-pub(super) struct RouteMemo {
-    http: BTreeMap<ObjectKey, CachedRoute>,
-    grpc: BTreeMap<ObjectKey, CachedRoute>,
-    /// How many cached routes resolved each Service: the endpoint interest of routes
-    /// not compiled again.
-    interest: BTreeMap<ObjectKey, usize>,
-    /// The statuses of the routes with any parent to report, patched where a route's
-    /// attachment was decided again or the route went: each run hands out an O(1)
-    /// copy, and the publisher finds the changes by a diff.
-    http_statuses: RouteStatuses,
-    grpc_statuses: RouteStatuses,
-    /// What the last run did again rather than reuse.
-    pub(super) redone: Redone,
-}
-
-pub(super) struct CachedRoute {
-    object: Arc<HttpRoute>,
-    ext: Option<HttpRouteExt>,
-    pub(super) model: Arc<RouteModel>,
-    /// The Services its compile resolved, sorted (usually one: a one-element BTreeSet
-    /// would hold a node of eleven).
-    referenced: Box<[ObjectKey]>,
-    /// Its attachment, decided on the Gateway side as it stood then.
-    attached: Option<Attached>,
-    /// Its rule actions per Gateway it serves on, for the Snapshot (see `translate`).
-    pub(super) actions: RouteActions,
-}
-
-impl CachedRoute {
-    /// Its attachment; set by [`RouteMemo::attach`] for every route it returns.
-    pub(super) fn attached(&self) -> Option<&Attached> {
-        self.attached.as_ref()
-    }
 }
 
 /// The inputs as the last run saw them. Holding the `Arc`s keeps those objects alive,
@@ -274,213 +232,6 @@ impl Memo {
     /// The Backends this run's resolver built or kept, for the next run.
     pub(super) fn keep_backends(&mut self, cache: BackendCache) {
         self.backends = cache;
-    }
-}
-
-impl RouteMemo {
-    /// Phase: HTTPRoutes then GRPCRoutes (in HTTPRoute form), each brought up to date
-    /// with the Store (compiled again only when stale), then each attached (decided
-    /// again only where the decision is stale). Returns every route's entry in key
-    /// order, HTTPRoutes first, each with its attachment set, and the HTTPRoute and
-    /// GRPCRoute statuses.
-    pub(super) fn attach<'m, 's>(
-        &'m mut self,
-        store: &'s Store,
-        changes: &Changes,
-        resolver: &mut BackendResolver<'s>,
-        gateway_side: GatewaySideRefs<'_, '_>,
-    ) -> (Vec<&'m mut CachedRoute>, [RouteStatuses; 2]) {
-        self.redone = Redone::default();
-        let ext_of = |k: &ObjectKey| store.http_route_ext.get(k);
-        let mut work = Work {
-            interest: &mut self.interest,
-            redone: &mut self.redone,
-            changes,
-            resolver,
-        };
-        work.sync(
-            &mut self.http,
-            &mut self.http_statuses,
-            "HTTPRoute",
-            &store.http_routes,
-            ext_of,
-        );
-        work.sync(
-            &mut self.grpc,
-            &mut self.grpc_statuses,
-            "GRPCRoute",
-            &store.grpc_routes,
-            |_| None,
-        );
-        let mut routes = Vec::with_capacity(self.http.len() + self.grpc.len());
-        let kinds = [
-            (&mut self.http, &mut self.http_statuses),
-            (&mut self.grpc, &mut self.grpc_statuses),
-        ];
-        for (cache, statuses) in kinds {
-            for (key, c) in cache.iter_mut() {
-                if changes.gateway_side {
-                    c.attached = None;
-                }
-                if c.attached.is_none() {
-                    self.redone.attached += 1;
-                    let attached = super::route::attach_route(
-                        store,
-                        gateway_side.sets,
-                        gateway_side.controller_name,
-                        &c.model,
-                        &c.object,
-                        gateway_side.gateways,
-                    );
-                    // Actions for a Gateway the route no longer serves on are not needed.
-                    c.actions
-                        .retain(|gw| attached.placements.iter().any(|p| p.gateway == *gw));
-                    report(statuses, key, c.model.generation, &attached);
-                    c.attached = Some(attached);
-                }
-                routes.push(c);
-            }
-        }
-        let statuses = [self.http_statuses.clone(), self.grpc_statuses.clone()];
-        (routes, statuses)
-    }
-
-    /// The Services the cached routes resolved.
-    pub(super) fn interest(&self) -> impl Iterator<Item = &ObjectKey> {
-        self.interest.keys()
-    }
-}
-
-/// Puts a route's status as `attached` decided it; a route with no parent to report
-/// (none of its parents is ours) has none.
-fn report(statuses: &mut RouteStatuses, key: &ObjectKey, generation: i64, attached: &Attached) {
-    if attached.status.parents.is_empty() {
-        statuses.remove(key);
-    } else {
-        let entry = ObjectStatus {
-            generation,
-            status: Arc::clone(&attached.status),
-        };
-        statuses.insert(key.clone(), entry);
-    }
-}
-
-/// What attaching a route reads besides the route.
-#[derive(Clone, Copy)]
-pub(super) struct GatewaySideRefs<'a, 'g> {
-    pub sets: &'a super::listenerset::ListenerSets,
-    pub controller_name: &'a str,
-    pub gateways: &'a BTreeMap<ObjectKey, super::gateway::GatewayModel<'g>>,
-}
-
-/// What compiling routes again needs besides the cache it updates.
-struct Work<'w, 's> {
-    interest: &'w mut BTreeMap<ObjectKey, usize>,
-    redone: &'w mut Redone,
-    changes: &'w Changes,
-    resolver: &'w mut BackendResolver<'s>,
-}
-
-impl Work<'_, '_> {
-    /// Brings `cache` up to date with `current`: entries of routes that went are
-    /// dropped, routes that are new or stale are compiled. Both maps are in key order,
-    /// so one walk side by side finds them; a route that stays costs a comparison.
-    fn sync<'e>(
-        &mut self,
-        cache: &mut BTreeMap<ObjectKey, CachedRoute>,
-        statuses: &mut RouteStatuses,
-        kind: &'static str,
-        current: &BTreeMap<ObjectKey, Arc<HttpRoute>>,
-        ext_of: impl Fn(&ObjectKey) -> Option<&'e HttpRouteExt>,
-    ) {
-        let changes = self.changes;
-        let stands = |c: &CachedRoute, route: &Arc<HttpRoute>, ext: Option<&HttpRouteExt>| {
-            !changes.all_stale
-                && Arc::ptr_eq(&c.object, route)
-                && c.ext.as_ref() == ext
-                && !c.referenced.iter().any(|s| changes.services.contains(s))
-        };
-        let mut stale: Vec<(&ObjectKey, &Arc<HttpRoute>)> = Vec::new();
-        let mut gone: Vec<ObjectKey> = Vec::new();
-        let mut old = cache.iter().peekable();
-        let mut new = current.iter().peekable();
-        loop {
-            match (old.peek(), new.peek()) {
-                (None, None) => break,
-                (Some((ko, c)), Some((kn, route))) => match ko.cmp(kn) {
-                    std::cmp::Ordering::Less => {
-                        gone.push((*ko).clone());
-                        old.next();
-                    }
-                    std::cmp::Ordering::Greater => {
-                        stale.push((kn, route));
-                        new.next();
-                    }
-                    std::cmp::Ordering::Equal => {
-                        if !stands(c, route, ext_of(kn)) {
-                            stale.push((kn, route));
-                        }
-                        old.next();
-                        new.next();
-                    }
-                },
-                (Some((ko, _)), None) => {
-                    gone.push((*ko).clone());
-                    old.next();
-                }
-                (None, Some((kn, route))) => {
-                    stale.push((kn, route));
-                    new.next();
-                }
-            }
-        }
-        for key in gone {
-            statuses.remove(&key);
-            if let Some(c) = cache.remove(&key) {
-                forget_interest(self.interest, &c);
-            }
-        }
-        for (key, route) in stale {
-            let fresh = self.compile(kind, key, route, ext_of(key));
-            if let Some(c) = cache.insert(key.clone(), fresh) {
-                forget_interest(self.interest, &c);
-            }
-        }
-    }
-
-    fn compile(
-        &mut self,
-        kind: &'static str,
-        key: &ObjectKey,
-        route: &Arc<HttpRoute>,
-        ext: Option<&HttpRouteExt>,
-    ) -> CachedRoute {
-        self.redone.compiled += 1;
-        self.resolver.record();
-        let model = super::route::compile(key.clone(), kind, route, ext, self.resolver);
-        let referenced: Box<[ObjectKey]> = self.resolver.recorded().into_iter().collect();
-        for svc in &referenced {
-            *self.interest.entry(svc.clone()).or_default() += 1;
-        }
-        CachedRoute {
-            object: Arc::clone(route),
-            ext: ext.cloned(),
-            model: Arc::new(model),
-            referenced,
-            attached: None,
-            actions: RouteActions::default(),
-        }
-    }
-}
-
-fn forget_interest(interest: &mut BTreeMap<ObjectKey, usize>, c: &CachedRoute) {
-    for svc in &c.referenced {
-        if let Some(n) = interest.get_mut(svc) {
-            *n -= 1;
-            if *n == 0 {
-                interest.remove(svc);
-            }
-        }
     }
 }
 

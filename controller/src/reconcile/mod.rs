@@ -22,6 +22,7 @@ pub mod ports;
 mod retry;
 pub mod routability;
 mod route;
+mod route_memo;
 pub mod services;
 mod shared;
 mod translate;
@@ -189,24 +190,27 @@ fn run(
 
     let changes = memo.observe(store);
     let mut resolver = backend::BackendResolver::with_cache(store, memo.take_backends(&changes));
-    let (mut routes, [http_statuses, grpc_statuses]) = memo.routes.attach(
+    let [http_statuses, grpc_statuses] = memo.routes.attach(
         store,
         &changes,
         &mut resolver,
-        incremental::GatewaySideRefs {
+        route_memo::GatewaySideRefs {
             sets: &sets,
             controller_name: &settings.controller_name,
             gateways: &models,
         },
     );
-    for (index, c) in routes.iter().enumerate() {
-        if let Some(attached) = c.attached() {
-            route::place(index, &attached.placements, &mut models);
+    for ((gateway, index), n) in memo.routes.listener_routes() {
+        if let Some(listener) = models
+            .get_mut(gateway)
+            .and_then(|g| g.listeners.get_mut(*index))
+        {
+            listener.routes = *n;
         }
     }
     statuses.http_routes = http_statuses;
     statuses.grpc_routes = grpc_statuses;
-    let route_count = routes.len();
+    let route_count = memo.routes.len();
 
     let l4_routes: Vec<_> = store
         .l4_routes
@@ -244,14 +248,7 @@ fn run(
         _ => None,
     };
     let internal = served.as_ref();
-    let mut views: Vec<translate::RouteView<'_>> = routes
-        .iter_mut()
-        .map(|c| translate::RouteView {
-            model: &c.model,
-            actions: &mut c.actions,
-        })
-        .collect();
-    let mut snapshot = memo.translate.snapshot(&models, &mut views, internal);
+    let mut snapshot = memo.translate.snapshot(&models, &mut memo.routes, internal);
     l4_translate::add_listeners(&mut snapshot, &models, &l4_routes, internal);
     let (set_statuses, attached_sets) = listenerset::statuses(&sets, &models);
     statuses.listener_sets = set_statuses;

@@ -365,24 +365,6 @@ pub fn attach_route(
 }
 
 /// Records route `index`'s placements on the listeners.
-pub fn place(
-    index: usize,
-    placements: &[Placement],
-    gateways: &mut BTreeMap<ObjectKey, GatewayModel<'_>>,
-) {
-    for p in placements {
-        if let Some(listener) = gateways
-            .get_mut(&p.gateway)
-            .and_then(|g| g.listeners.get_mut(p.listener))
-        {
-            listener.attachments.push(RouteAttachment {
-                route: index,
-                hostnames: Arc::clone(&p.hostnames),
-            });
-        }
-    }
-}
-
 /// Listener isolation: a request belongs to the most specific listener on its port
 /// whose hostname matches it, and only that listener's routes may answer it. The route
 /// hostnames that a more specific listener of the same port covers entirely (the

@@ -1,6 +1,6 @@
 //! Translation of the validated model into the proxy's Snapshot.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -11,32 +11,50 @@ use aether_proxy::routing::{RouteEntry, RouteOrder, RouteTable, RuleAction, Virt
 use aether_proxy::telemetry::RouteStats;
 use aether_proxy::tls::TlsCerts;
 use aether_proxy::{Listener, Snapshot};
-use foldhash::{HashMap, HashMapExt};
+use foldhash::HashMap;
 
 use super::gateway::GatewayModel;
 use super::route::RouteModel;
+use super::route_memo::{CachedRoute, RouteId, RouteMemo};
 use crate::store::ObjectKey;
 
-/// What translation keeps from one Snapshot to the next: a rebuilt Snapshot shares the
-/// virtual host of every hostname whose routes' actions are unchanged (the actions
-/// themselves are kept per route, in [`RouteActions`]). An empty memo builds everything.
+/// What translation keeps from one Snapshot to the next, so that a change rebuilds only
+/// the virtual hosts the changed routes feed: per socket, per hostname, the routes'
+/// contributions and the virtual host built from them; per route, where it contributed.
 ///
-/// Entries are updated where they stand and marked with the run that used them; only a
-/// run that used fewer entries than a map holds sweeps it. A hostname that stays costs
-/// one lookup per run.
+/// A run whose Gateway side (and so every socket's listeners) is as the last run saw it
+/// withdraws the changed routes' contributions and adds their new ones, and a socket
+/// none of whose hostnames changed keeps its `Listener`. Any other run rebuilds every
+/// contribution, and still shares the virtual host of each hostname whose routes'
+/// actions are unchanged. An empty memo builds everything.
 #[derive(Default)]
 pub struct TranslateMemo {
-    run: u64,
-    /// Per socket, per hostname (`""` for any host): the virtual host and the actions
-    /// it was built from, in order.
-    vhosts: HashMap<SocketAddr, HostTables>,
+    sockets: BTreeMap<SocketAddr, Socket>,
+    /// Per route, the (socket, hostname) pairs it contributed to.
+    placed: HashMap<RouteId, Vec<(SocketAddr, Box<str>)>>,
+    /// The internal ports the sockets were planned with (Kubernetes mode).
+    internal_ports: Option<BTreeMap<ObjectKey, BTreeMap<u16, u16>>>,
 }
 
-/// A route as translation sees it: its model, and the actions built for it, which
-/// translation fills for the Gateways it serves on and later runs reuse.
-pub struct RouteView<'r> {
-    pub model: &'r Arc<RouteModel>,
-    pub actions: &'r mut RouteActions,
+#[derive(Default)]
+struct Socket {
+    /// Per hostname (`""` for any host).
+    hosts: HashMap<Box<str>, Host>,
+    listener: Option<Arc<Listener>>,
+}
+
+#[derive(Default)]
+struct Host {
+    /// In the order a full build visits them: Gateway, listener, route.
+    contributions: Vec<Contribution>,
+    vhost: Arc<VirtualHost>,
+}
+
+/// A route attached for a hostname, with its actions there.
+struct Contribution {
+    order: (ObjectKey, usize, RouteId),
+    route: Arc<RouteModel>,
+    actions: Arc<Actions>,
 }
 
 /// Per Gateway a route serves on (usually one), its rule actions there. Kept with the
@@ -61,155 +79,252 @@ impl RouteActions {
     }
 }
 
-/// Per hostname of one socket, its virtual host.
-type HostTables = HashMap<Box<str>, Host>;
-/// A route attached for a hostname, with its actions there.
-type Contribution = (Arc<RouteModel>, Arc<Actions>);
-
-struct Host {
-    /// The actions the virtual host was built from, in order.
-    from: Vec<Arc<Actions>>,
-    vhost: Arc<VirtualHost>,
-    used: u64,
-}
-
 /// One route's rule actions on one Gateway.
 pub struct Actions {
     name: Arc<str>,
     rules: Vec<Arc<RuleAction>>,
 }
 
+/// Per socket, the hostnames to build again; `None` for all of them.
+type Dirty = BTreeMap<SocketAddr, Option<HashSet<Box<str>>>>;
+
+/// Per Gateway, per listener index, the socket it serves on and the Gateway's name
+/// (`None`: the listener serves no HTTP routes).
+type ListenerSockets<'g> = BTreeMap<&'g ObjectKey, Vec<Option<(SocketAddr, Arc<str>)>>>;
+
 impl TranslateMemo {
-    pub fn snapshot(
+    pub(super) fn snapshot(
         &mut self,
         gateways: &BTreeMap<ObjectKey, GatewayModel<'_>>,
-        routes: &mut [RouteView<'_>],
+        routes: &mut RouteMemo,
         internal_ports: Option<&BTreeMap<ObjectKey, BTreeMap<u16, u16>>>,
     ) -> Snapshot {
-        self.run += 1;
-        let run = self.run;
+        let (plans, listeners) = plan_sockets(gateways, internal_ports);
+        // Patching costs a lookup per changed route where a rebuild walks every route
+        // once: past a quarter of them, rebuild.
+        let changed = routes
+            .changed()
+            .filter(|c| c.len() <= routes.len() / 4 + 8)
+            .map(<[RouteId]>::to_vec)
+            .filter(|_| {
+                self.internal_ports.as_ref() == internal_ports
+                    && self.sockets.keys().eq(plans.keys())
+            });
+        let mut dirty = Dirty::new();
+        let mut previous = BTreeMap::new();
+        match changed {
+            Some(changed) => {
+                for id in &changed {
+                    self.withdraw(id, &mut dirty);
+                    if let Some(c) = routes.route_mut(id) {
+                        self.contribute(id, c, &listeners, &mut dirty);
+                    }
+                }
+            }
+            None => {
+                previous = std::mem::take(&mut self.sockets);
+                self.placed.clear();
+                self.internal_ports = internal_ports.cloned();
+                dirty.extend(plans.keys().map(|addr| (*addr, None)));
+                for (id, c) in routes.all_mut() {
+                    self.contribute(&id, c, &listeners, &mut dirty);
+                }
+            }
+        }
         let mut snapshot = Snapshot::default();
-        // Keyed by socket, not by Gateway: with a shared address (Kubernetes mode without
-        // per-Gateway addressing) listeners of several Gateways on one port share a socket
-        // and one table, told apart by hostname like listeners of one Gateway. Otherwise
-        // every socket belongs to exactly one Gateway.
-        let mut sockets: BTreeMap<SocketAddr, PortPlan<'_>> = BTreeMap::new();
-        for model in gateways.values() {
-            let Ok(ip) = model.address else { continue };
-            let gateway: Arc<str> = model.key.to_string().into();
-            for listener in model.listeners.iter().filter(|l| l.usable() && !l.is_l4()) {
-                let Some(port) = listener.port() else {
-                    continue;
-                };
-                // Kubernetes mode binds each listener port's internal port instead.
-                let bind = match internal_ports {
-                    None => Some(port),
-                    Some(all) => all.get(&model.key).and_then(|m| m.get(&port)).copied(),
-                };
-                let Some(bind) = bind else { continue };
-                let plan = sockets
-                    .entry(SocketAddr::new(ip, bind))
-                    .or_insert_with(|| PortPlan::new(Arc::clone(&gateway), port));
-                plan.sections.push(listener.section());
-                if let Some(cert) = &listener.certificate {
-                    plan.tls
-                        .get_or_insert_with(TlsCerts::default)
-                        .add(listener.spec.hostname.as_deref(), Arc::clone(cert));
-                }
-                // Validation is per port, so every HTTPS listener on it carries the same.
-                if let Some(auth) = &listener.client_auth {
-                    plan.client_auth.get_or_insert_with(|| Arc::clone(auth));
-                }
-                for att in &listener.attachments {
-                    let Some(view) = routes.get_mut(att.route) else {
-                        continue;
-                    };
-                    let acts = view.actions.on(&model.key, &gateway, view.model);
-                    for host in att.hostnames.iter() {
-                        plan.hosts
-                            .entry(host.as_deref().unwrap_or(""))
-                            .or_default()
-                            .push((Arc::clone(view.model), Arc::clone(&acts)));
-                    }
-                }
+        for (addr, plan) in plans {
+            let socket = self.sockets.entry(addr).or_default();
+            if let Some(hosts) = dirty.remove(&addr) {
+                let old = previous.remove(&addr);
+                socket.rebuild(hosts, old.as_ref().map(|s| &s.hosts));
+                socket.listener = None;
             }
+            let listener = socket
+                .listener
+                .get_or_insert_with(|| Arc::new(plan.listener(addr, &socket.hosts)));
+            snapshot.listeners.insert(addr, Arc::clone(listener));
         }
-        for (addr, plan) in sockets {
-            let tables = self.vhosts.entry(addr).or_default();
-            let mut used = 0;
-            for (host, contributions) in &plan.hosts {
-                used += 1;
-                let same = |h: &Host| {
-                    h.from.len() == contributions.len()
-                        && h.from
-                            .iter()
-                            .zip(contributions)
-                            .all(|(a, (_, b))| Arc::ptr_eq(a, b))
-                };
-                match tables.get_mut(*host) {
-                    Some(h) if same(h) => h.used = run,
-                    Some(h) => {
-                        h.from.clear();
-                        h.from
-                            .extend(contributions.iter().map(|(_, a)| Arc::clone(a)));
-                        h.vhost = Arc::new(virtual_host(contributions));
-                        h.used = run;
-                    }
-                    None => {
-                        let h = Host {
-                            from: contributions.iter().map(|(_, a)| Arc::clone(a)).collect(),
-                            vhost: Arc::new(virtual_host(contributions)),
-                            used: run,
-                        };
-                        tables.insert((*host).into(), h);
-                    }
-                }
-            }
-            sweep(tables, used, |h| h.used == run);
-            let table = RouteTable::from_hosts(
-                tables
-                    .iter()
-                    .map(|(h, e)| ((!h.is_empty()).then_some(&**h), Arc::clone(&e.vhost))),
-            );
-            let mut listener =
-                Listener::new(addr, plan.gateway, plan.sections, table).with_public_port(plan.port);
-            if let Some(certs) = plan.tls {
-                listener = listener.with_tls(certs);
-                if let Some(auth) = plan.client_auth {
-                    listener = listener.with_client_auth(auth);
-                }
-            }
-            snapshot.listeners.insert(addr, Arc::new(listener));
-        }
-        self.vhosts
+        self.sockets
             .retain(|addr, _| snapshot.listeners.contains_key(addr));
         snapshot
     }
+
+    /// Takes route `id`'s contributions out, marking their hostnames dirty.
+    fn withdraw(&mut self, id: &RouteId, dirty: &mut Dirty) {
+        let Some(places) = self.placed.remove(id) else {
+            return;
+        };
+        for (addr, host) in places {
+            if let Some(h) = self
+                .sockets
+                .get_mut(&addr)
+                .and_then(|s| s.hosts.get_mut(&*host))
+            {
+                h.contributions.retain(|c| c.order.2 != *id);
+            }
+            mark(dirty, addr, host);
+        }
+    }
+
+    /// Adds route `id`'s contributions where it is attached, marking their hostnames
+    /// dirty.
+    fn contribute(
+        &mut self,
+        id: &RouteId,
+        c: &mut CachedRoute,
+        listeners: &ListenerSockets<'_>,
+        dirty: &mut Dirty,
+    ) {
+        let (model, attached, actions) = c.parts_mut();
+        let Some(attached) = attached else {
+            return;
+        };
+        for p in &attached.placements {
+            let Some((addr, gateway)) = listeners
+                .get(&p.gateway)
+                .and_then(|ls| ls.get(p.listener))
+                .and_then(Option::as_ref)
+            else {
+                continue;
+            };
+            let acts = actions.on(&p.gateway, gateway, model);
+            let socket = self.sockets.entry(*addr).or_default();
+            for host in p.hostnames.iter() {
+                let host = host.as_deref().unwrap_or("");
+                let h = match socket.hosts.get_mut(host) {
+                    Some(h) => h,
+                    None => socket.hosts.entry(host.into()).or_default(),
+                };
+                let order = (p.gateway.clone(), p.listener, id.clone());
+                let at = h.contributions.partition_point(|c| c.order < order);
+                h.contributions.insert(
+                    at,
+                    Contribution {
+                        order,
+                        route: Arc::clone(model),
+                        actions: Arc::clone(&acts),
+                    },
+                );
+                self.placed
+                    .entry(id.clone())
+                    .or_default()
+                    .push((*addr, host.into()));
+                mark(dirty, *addr, host.into());
+            }
+        }
+    }
 }
 
-/// Drops the entries this run did not use; `used` of them were, so a map of that size
-/// needs no sweep.
-fn sweep<V>(
-    map: &mut HashMap<impl Eq + std::hash::Hash, V>,
-    used: usize,
-    kept: impl Fn(&V) -> bool,
-) {
-    if map.len() > used {
-        map.retain(|_, v| kept(v));
+/// Marks `host` of socket `addr` to be built again (a no-op when all of it will be).
+fn mark(dirty: &mut Dirty, addr: SocketAddr, host: Box<str>) {
+    if let Some(set) = dirty.entry(addr).or_insert_with(|| Some(HashSet::new())) {
+        set.insert(host);
     }
+}
+
+impl Socket {
+    /// Builds the virtual hosts of `hosts` (all when `None`) again, dropping those left
+    /// without routes; one whose contributions carry the very actions of the same
+    /// hostname in `old` shares its virtual host.
+    fn rebuild(&mut self, hosts: Option<HashSet<Box<str>>>, old: Option<&HashMap<Box<str>, Host>>) {
+        let build = |name: &str, h: &mut Host| {
+            let same = |o: &Host| {
+                o.contributions.len() == h.contributions.len()
+                    && o.contributions
+                        .iter()
+                        .zip(&h.contributions)
+                        .all(|(a, b)| Arc::ptr_eq(&a.actions, &b.actions))
+            };
+            match old.and_then(|o| o.get(name)) {
+                Some(o) if same(o) => h.vhost = Arc::clone(&o.vhost),
+                _ => h.vhost = Arc::new(virtual_host(&h.contributions)),
+            }
+        };
+        match hosts {
+            None => {
+                self.hosts.retain(|_, h| !h.contributions.is_empty());
+                for (name, h) in &mut self.hosts {
+                    build(name, h);
+                }
+            }
+            Some(names) => {
+                for name in names {
+                    match self.hosts.get_mut(&*name) {
+                        Some(h) if h.contributions.is_empty() => {
+                            self.hosts.remove(&*name);
+                        }
+                        Some(h) => build(&name, h),
+                        None => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The sockets the Gateways' HTTP and HTTPS listeners need, and which socket each
+/// listener serves on.
+fn plan_sockets<'g>(
+    gateways: &'g BTreeMap<ObjectKey, GatewayModel<'_>>,
+    internal_ports: Option<&BTreeMap<ObjectKey, BTreeMap<u16, u16>>>,
+) -> (BTreeMap<SocketAddr, PortPlan>, ListenerSockets<'g>) {
+    // Keyed by socket, not by Gateway: with a shared address (Kubernetes mode without
+    // per-Gateway addressing) listeners of several Gateways on one port share a socket
+    // and one table, told apart by hostname like listeners of one Gateway. Otherwise
+    // every socket belongs to exactly one Gateway.
+    let mut sockets: BTreeMap<SocketAddr, PortPlan> = BTreeMap::new();
+    let mut serving = ListenerSockets::new();
+    for (key, model) in gateways {
+        let Ok(ip) = model.address else { continue };
+        let gateway: Arc<str> = model.key.to_string().into();
+        let mut on = vec![None; model.listeners.len()];
+        for (i, listener) in model.listeners.iter().enumerate() {
+            if !listener.usable() || listener.is_l4() {
+                continue;
+            }
+            let Some(port) = listener.port() else {
+                continue;
+            };
+            // Kubernetes mode binds each listener port's internal port instead.
+            let bind = match internal_ports {
+                None => Some(port),
+                Some(all) => all.get(&model.key).and_then(|m| m.get(&port)).copied(),
+            };
+            let Some(bind) = bind else { continue };
+            let addr = SocketAddr::new(ip, bind);
+            let plan = sockets
+                .entry(addr)
+                .or_insert_with(|| PortPlan::new(Arc::clone(&gateway), port));
+            plan.sections.push(listener.section());
+            if let Some(cert) = &listener.certificate {
+                plan.tls
+                    .get_or_insert_with(TlsCerts::default)
+                    .add(listener.spec.hostname.as_deref(), Arc::clone(cert));
+            }
+            // Validation is per port, so every HTTPS listener on it carries the same.
+            if let Some(auth) = &listener.client_auth {
+                plan.client_auth.get_or_insert_with(|| Arc::clone(auth));
+            }
+            if let Some(slot) = on.get_mut(i) {
+                *slot = Some((addr, Arc::clone(&gateway)));
+            }
+        }
+        serving.insert(key, on);
+    }
+    (sockets, serving)
 }
 
 /// One hostname's entries: every rule match of every route attached for it.
 fn virtual_host(contributions: &[Contribution]) -> VirtualHost {
     let mut entries = Vec::new();
-    for (route, acts) in contributions {
-        for (ri, (rule, action)) in route.rules.iter().zip(acts.rules.iter()).enumerate() {
+    for Contribution { route, actions, .. } in contributions {
+        for (ri, (rule, action)) in route.rules.iter().zip(actions.rules.iter()).enumerate() {
             for (mi, m) in rule.matches.iter().enumerate() {
                 entries.push(RouteEntry {
                     matcher: m.clone(),
                     order: RouteOrder {
                         created: route.created,
-                        route: Arc::clone(&acts.name),
+                        route: Arc::clone(&actions.name),
                         rule: u32::try_from(ri).unwrap_or(u32::MAX),
                         index: u32::try_from(mi).unwrap_or(u32::MAX),
                     },
@@ -221,8 +336,8 @@ fn virtual_host(contributions: &[Contribution]) -> VirtualHost {
     VirtualHost::new(entries)
 }
 
-/// What the listeners sharing one socket contribute to it.
-struct PortPlan<'r> {
+/// What the listeners sharing one socket make of it.
+struct PortPlan {
     /// The Gateway that claimed the socket (with a shared address, the first by name
     /// of those sharing it): metrics and bind failures are reported under its name.
     gateway: Arc<str>,
@@ -230,23 +345,38 @@ struct PortPlan<'r> {
     port: u16,
     sections: Vec<Arc<str>>,
     client_auth: Option<Arc<ClientAuth>>,
-    /// Per hostname (`""` for any host), the routes attached for it, in order.
-    hosts: HashMap<&'r str, Vec<Contribution>>,
     /// Set when the port's listeners are HTTPS (a protocol conflict keeps them from
     /// mixing with HTTP ones).
     tls: Option<TlsCerts>,
 }
 
-impl PortPlan<'_> {
+impl PortPlan {
     fn new(gateway: Arc<str>, port: u16) -> Self {
         Self {
             gateway,
             port,
             sections: Vec::new(),
             client_auth: None,
-            hosts: HashMap::new(),
             tls: None,
         }
+    }
+
+    /// The socket's listener, serving `hosts`.
+    fn listener(self, addr: SocketAddr, hosts: &HashMap<Box<str>, Host>) -> Listener {
+        let table = RouteTable::from_hosts(
+            hosts
+                .iter()
+                .map(|(h, e)| ((!h.is_empty()).then_some(&**h), Arc::clone(&e.vhost))),
+        );
+        let mut listener =
+            Listener::new(addr, self.gateway, self.sections, table).with_public_port(self.port);
+        if let Some(certs) = self.tls {
+            listener = listener.with_tls(certs);
+            if let Some(auth) = self.client_auth {
+                listener = listener.with_client_auth(auth);
+            }
+        }
+        listener
     }
 }
 

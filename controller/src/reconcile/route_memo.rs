@@ -1,0 +1,382 @@
+//! What the reconciler keeps per HTTPRoute and GRPCRoute from one run to the next, and
+//! the indexes patched from it: each route's status, and how many routes each listener
+//! has attached. A run compiles and attaches only the routes that are new or stale, and
+//! names them (see [`RouteMemo::changed`]) so translation rebuilds only what they feed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use gateway_api::httproutes::HttpRoute;
+
+use super::backend::BackendResolver;
+use super::incremental::{Changes, Redone};
+use super::route::{Attached, RouteModel};
+use super::translate::RouteActions;
+use crate::route_ext::HttpRouteExt;
+use crate::status::{ObjectStatus, RouteStatuses};
+use crate::store::{ObjectKey, Store};
+
+/// A route's identity across kinds; HTTPRoutes order before GRPCRoutes, as the phases
+/// take them.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(super) struct RouteId {
+    pub grpc: bool,
+    pub key: ObjectKey,
+}
+
+/// Per route, what was derived from it. Kept in key order, like the Store's maps, so
+/// a run finds what changed by walking both side by side (a pointer comparison per
+/// route).
+#[derive(Default)]
+pub(super) struct RouteMemo {
+    http: BTreeMap<ObjectKey, CachedRoute>,
+    grpc: BTreeMap<ObjectKey, CachedRoute>,
+    /// How many cached routes resolved each Service: the endpoint interest of routes
+    /// not compiled again.
+    interest: BTreeMap<ObjectKey, usize>,
+    /// The statuses of the routes with any parent to report, patched where a route's
+    /// attachment was decided again or the route went: each run hands out an O(1)
+    /// copy, and the publisher finds the changes by a diff.
+    http_statuses: RouteStatuses,
+    grpc_statuses: RouteStatuses,
+    /// Per (Gateway, listener index), the routes attached there, kept by adding and
+    /// removing each changed route's placements.
+    listener_routes: BTreeMap<(ObjectKey, usize), usize>,
+    /// The routes this run compiled, attached again or dropped; `None` when every
+    /// route was attached again (the Gateway side changed, or the first run).
+    changed: Option<Vec<RouteId>>,
+    /// What the last run did again rather than reuse.
+    pub(super) redone: Redone,
+}
+
+pub(super) struct CachedRoute {
+    object: Arc<HttpRoute>,
+    ext: Option<HttpRouteExt>,
+    pub(super) model: Arc<RouteModel>,
+    /// The Services its compile resolved, sorted (usually one: a one-element BTreeSet
+    /// would hold a node of eleven).
+    referenced: Box<[ObjectKey]>,
+    /// Its attachment, decided on the Gateway side as it stood then.
+    attached: Option<Attached>,
+    /// Its rule actions per Gateway it serves on, for the Snapshot (see `translate`).
+    pub(super) actions: RouteActions,
+}
+
+impl CachedRoute {
+    /// Its model, its attachment (set by [`RouteMemo::attach`] for every route it
+    /// keeps), and its actions to fill.
+    pub(super) fn parts_mut(&mut self) -> (&Arc<RouteModel>, Option<&Attached>, &mut RouteActions) {
+        (&self.model, self.attached.as_ref(), &mut self.actions)
+    }
+}
+
+/// What attaching a route reads besides the route.
+#[derive(Clone, Copy)]
+pub(super) struct GatewaySideRefs<'a, 'g> {
+    pub sets: &'a super::listenerset::ListenerSets,
+    pub controller_name: &'a str,
+    pub gateways: &'a BTreeMap<ObjectKey, super::gateway::GatewayModel<'g>>,
+}
+
+impl RouteMemo {
+    /// Phase: HTTPRoutes then GRPCRoutes (in HTTPRoute form), each brought up to date
+    /// with the Store (compiled again only when stale), then attached where the
+    /// decision is stale. Returns the HTTPRoute and GRPCRoute statuses.
+    pub(super) fn attach<'s>(
+        &mut self,
+        store: &'s Store,
+        changes: &Changes,
+        resolver: &mut BackendResolver<'s>,
+        gateway_side: GatewaySideRefs<'_, '_>,
+    ) -> [RouteStatuses; 2] {
+        self.redone = Redone::default();
+        let everything = changes.gateway_side;
+        if everything {
+            self.listener_routes.clear();
+        }
+        let mut changed = Vec::new();
+        let ext_of = |k: &ObjectKey| store.http_route_ext.get(k);
+        let mut work = Work {
+            interest: &mut self.interest,
+            listener_routes: &mut self.listener_routes,
+            changed: &mut changed,
+            redone: &mut self.redone,
+            changes,
+            resolver,
+        };
+        work.sync(
+            &mut self.http,
+            &mut self.http_statuses,
+            false,
+            &store.http_routes,
+            ext_of,
+        );
+        work.sync(
+            &mut self.grpc,
+            &mut self.grpc_statuses,
+            true,
+            &store.grpc_routes,
+            |_| None,
+        );
+        let mut attach = Attach {
+            store,
+            side: gateway_side,
+            listener_routes: &mut self.listener_routes,
+            redone: &mut self.redone,
+        };
+        if everything {
+            let kinds = [
+                (&mut self.http, &mut self.http_statuses),
+                (&mut self.grpc, &mut self.grpc_statuses),
+            ];
+            for (cache, statuses) in kinds {
+                for (key, c) in cache.iter_mut() {
+                    c.attached = None;
+                    attach.one(key, c, statuses);
+                }
+            }
+            self.changed = None;
+        } else {
+            for id in &changed {
+                let (cache, statuses) = match id.grpc {
+                    false => (&mut self.http, &mut self.http_statuses),
+                    true => (&mut self.grpc, &mut self.grpc_statuses),
+                };
+                if let Some(c) = cache.get_mut(&id.key) {
+                    attach.one(&id.key, c, statuses);
+                }
+            }
+            self.changed = Some(changed);
+        }
+        [self.http_statuses.clone(), self.grpc_statuses.clone()]
+    }
+
+    /// The routes the last run compiled, attached again or dropped, in order; `None`
+    /// when it attached every route again.
+    pub(super) fn changed(&self) -> Option<&[RouteId]> {
+        self.changed.as_deref()
+    }
+
+    pub(super) fn route_mut(&mut self, id: &RouteId) -> Option<&mut CachedRoute> {
+        match id.grpc {
+            false => self.http.get_mut(&id.key),
+            true => self.grpc.get_mut(&id.key),
+        }
+    }
+
+    /// Every route, HTTPRoutes first, each in key order.
+    pub(super) fn all_mut(&mut self) -> impl Iterator<Item = (RouteId, &mut CachedRoute)> {
+        let http = self.http.iter_mut().map(|(k, c)| (k, c, false));
+        let grpc = self.grpc.iter_mut().map(|(k, c)| (k, c, true));
+        http.chain(grpc).map(|(key, c, grpc)| {
+            let id = RouteId {
+                grpc,
+                key: key.clone(),
+            };
+            (id, c)
+        })
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.http.len() + self.grpc.len()
+    }
+
+    /// Per (Gateway, listener index), how many routes are attached there.
+    pub(super) fn listener_routes(&self) -> &BTreeMap<(ObjectKey, usize), usize> {
+        &self.listener_routes
+    }
+
+    /// The Services the cached routes resolved.
+    pub(super) fn interest(&self) -> impl Iterator<Item = &ObjectKey> {
+        self.interest.keys()
+    }
+}
+
+/// Attaching routes again, and the indexes that follows.
+struct Attach<'a, 's, 'g> {
+    store: &'s Store,
+    side: GatewaySideRefs<'a, 'g>,
+    listener_routes: &'a mut BTreeMap<(ObjectKey, usize), usize>,
+    redone: &'a mut Redone,
+}
+
+impl Attach<'_, '_, '_> {
+    /// Decides `c`'s attachment if it has none.
+    fn one(&mut self, key: &ObjectKey, c: &mut CachedRoute, statuses: &mut RouteStatuses) {
+        if c.attached.is_some() {
+            return;
+        }
+        self.redone.attached += 1;
+        let attached = super::route::attach_route(
+            self.store,
+            self.side.sets,
+            self.side.controller_name,
+            &c.model,
+            &c.object,
+            self.side.gateways,
+        );
+        // Actions for a Gateway the route no longer serves on are not needed.
+        c.actions
+            .retain(|gw| attached.placements.iter().any(|p| p.gateway == *gw));
+        report(statuses, key, c.model.generation, &attached);
+        for p in &attached.placements {
+            *self
+                .listener_routes
+                .entry((p.gateway.clone(), p.listener))
+                .or_default() += 1;
+        }
+        c.attached = Some(attached);
+    }
+}
+
+/// Puts a route's status as `attached` decided it; a route with no parent to report
+/// (none of its parents is ours) has none.
+fn report(statuses: &mut RouteStatuses, key: &ObjectKey, generation: i64, attached: &Attached) {
+    if attached.status.parents.is_empty() {
+        statuses.remove(key);
+    } else {
+        let entry = ObjectStatus {
+            generation,
+            status: Arc::clone(&attached.status),
+        };
+        statuses.insert(key.clone(), entry);
+    }
+}
+
+/// What compiling routes again needs besides the cache it updates.
+struct Work<'w, 's> {
+    interest: &'w mut BTreeMap<ObjectKey, usize>,
+    listener_routes: &'w mut BTreeMap<(ObjectKey, usize), usize>,
+    changed: &'w mut Vec<RouteId>,
+    redone: &'w mut Redone,
+    changes: &'w Changes,
+    resolver: &'w mut BackendResolver<'s>,
+}
+
+impl Work<'_, '_> {
+    /// Brings `cache` up to date with `current`: entries of routes that went are
+    /// dropped, routes that are new or stale are compiled. Both maps are in key order,
+    /// so one walk side by side finds them; a route that stays costs a comparison.
+    fn sync<'e>(
+        &mut self,
+        cache: &mut BTreeMap<ObjectKey, CachedRoute>,
+        statuses: &mut RouteStatuses,
+        grpc: bool,
+        current: &BTreeMap<ObjectKey, Arc<HttpRoute>>,
+        ext_of: impl Fn(&ObjectKey) -> Option<&'e HttpRouteExt>,
+    ) {
+        let changes = self.changes;
+        let stands = |c: &CachedRoute, route: &Arc<HttpRoute>, ext: Option<&HttpRouteExt>| {
+            !changes.all_stale
+                && Arc::ptr_eq(&c.object, route)
+                && c.ext.as_ref() == ext
+                && !c.referenced.iter().any(|s| changes.services.contains(s))
+        };
+        let mut stale: Vec<(&ObjectKey, &Arc<HttpRoute>)> = Vec::new();
+        let mut gone: Vec<ObjectKey> = Vec::new();
+        let mut old = cache.iter().peekable();
+        let mut new = current.iter().peekable();
+        loop {
+            match (old.peek(), new.peek()) {
+                (None, None) => break,
+                (Some((ko, c)), Some((kn, route))) => match ko.cmp(kn) {
+                    std::cmp::Ordering::Less => {
+                        gone.push((*ko).clone());
+                        old.next();
+                    }
+                    std::cmp::Ordering::Greater => {
+                        stale.push((kn, route));
+                        new.next();
+                    }
+                    std::cmp::Ordering::Equal => {
+                        if !stands(c, route, ext_of(kn)) {
+                            stale.push((kn, route));
+                        }
+                        old.next();
+                        new.next();
+                    }
+                },
+                (Some((ko, _)), None) => {
+                    gone.push((*ko).clone());
+                    old.next();
+                }
+                (None, Some((kn, route))) => {
+                    stale.push((kn, route));
+                    new.next();
+                }
+            }
+        }
+        // `gone` and `stale` are each in key order; the changed list is merged in order.
+        let mut ids: Vec<RouteId> = Vec::with_capacity(gone.len() + stale.len());
+        for key in gone {
+            statuses.remove(&key);
+            if let Some(c) = cache.remove(&key) {
+                self.forget(&c);
+            }
+            ids.push(RouteId { grpc, key });
+        }
+        for (key, route) in stale {
+            let fresh = self.compile(
+                if grpc { "GRPCRoute" } else { "HTTPRoute" },
+                key,
+                route,
+                ext_of(key),
+            );
+            if let Some(c) = cache.insert(key.clone(), fresh) {
+                self.forget(&c);
+            }
+            ids.push(RouteId {
+                grpc,
+                key: key.clone(),
+            });
+        }
+        ids.sort_unstable();
+        self.changed.extend(ids);
+    }
+
+    fn compile(
+        &mut self,
+        kind: &'static str,
+        key: &ObjectKey,
+        route: &Arc<HttpRoute>,
+        ext: Option<&HttpRouteExt>,
+    ) -> CachedRoute {
+        self.redone.compiled += 1;
+        self.resolver.record();
+        let model = super::route::compile(key.clone(), kind, route, ext, self.resolver);
+        let referenced: Box<[ObjectKey]> = self.resolver.recorded().into_iter().collect();
+        for svc in &referenced {
+            *self.interest.entry(svc.clone()).or_default() += 1;
+        }
+        CachedRoute {
+            object: Arc::clone(route),
+            ext: ext.cloned(),
+            model: Arc::new(model),
+            referenced,
+            attached: None,
+            actions: RouteActions::default(),
+        }
+    }
+
+    /// Takes a dropped entry out of the indexes: its endpoint interest, and its
+    /// placements (already cleared when every route is attached again).
+    fn forget(&mut self, c: &CachedRoute) {
+        for svc in &c.referenced {
+            if let Some(n) = self.interest.get_mut(svc) {
+                *n -= 1;
+                if *n == 0 {
+                    self.interest.remove(svc);
+                }
+            }
+        }
+        for p in c.attached.iter().flat_map(|a| &a.placements) {
+            let slot = (p.gateway.clone(), p.listener);
+            if let Some(n) = self.listener_routes.get_mut(&slot) {
+                *n -= 1;
+                if *n == 0 {
+                    self.listener_routes.remove(&slot);
+                }
+            }
+        }
+    }
+}
