@@ -3,6 +3,7 @@
 //! entry for any host. Route tables and TLS certificates both pick this way.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 // foldhash rather than SipHash: every request looks its Host up here, and a route
 // table with thousands of names is rebuilt on a change. The keys come from
@@ -10,11 +11,13 @@ use std::borrow::Cow;
 // only looks up, so it cannot grow a chain.
 use foldhash::HashMap;
 
+/// Keys are shared strings so that a copy (a route table patched for a change) costs a
+/// count per name rather than an allocation.
 #[derive(Debug, Clone)]
 pub struct HostMap<T> {
-    exact: HashMap<Box<str>, T>,
+    exact: HashMap<Arc<str>, T>,
     /// Keyed by the suffix after `*`, dot included: `*.example.com` is `.example.com`.
-    wildcard: HashMap<Box<str>, T>,
+    wildcard: HashMap<Arc<str>, T>,
     any: Option<T>,
 }
 
@@ -49,6 +52,32 @@ impl<T> HostMap<T> {
         };
         if !map.contains_key(key) {
             map.insert(key.into(), value);
+        }
+    }
+
+    /// Stores `value` under `hostname`, replacing what was there; `None` removes it.
+    pub fn set(&mut self, hostname: Option<&str>, value: Option<T>) {
+        let Some(h) = hostname else {
+            self.any = value;
+            return;
+        };
+        let h = if h.bytes().any(|b| b.is_ascii_uppercase()) {
+            Cow::Owned(h.to_ascii_lowercase())
+        } else {
+            Cow::Borrowed(h)
+        };
+        let (map, key) = match h.strip_prefix('*') {
+            Some(suffix) => (&mut self.wildcard, suffix),
+            None => (&mut self.exact, &*h),
+        };
+        match (map.get_mut(key), value) {
+            (Some(slot), Some(value)) => *slot = value,
+            (None, Some(value)) => {
+                map.insert(key.into(), value);
+            }
+            (_, None) => {
+                map.remove(key);
+            }
         }
     }
 

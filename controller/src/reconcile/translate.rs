@@ -136,13 +136,12 @@ impl TranslateMemo {
             let socket = self.sockets.entry(addr).or_default();
             if let Some(hosts) = dirty.remove(&addr) {
                 let old = previous.remove(&addr);
-                socket.rebuild(hosts, old.as_ref().map(|s| &s.hosts));
-                socket.listener = None;
+                let table = socket.rebuild(hosts, old.as_ref().map(|s| &s.hosts));
+                socket.listener = Some(Arc::new(plan.listener(addr, table)));
             }
-            let listener = socket
-                .listener
-                .get_or_insert_with(|| Arc::new(plan.listener(addr, &socket.hosts)));
-            snapshot.listeners.insert(addr, Arc::clone(listener));
+            if let Some(listener) = &socket.listener {
+                snapshot.listeners.insert(addr, Arc::clone(listener));
+            }
         }
         self.sockets
             .retain(|addr, _| snapshot.listeners.contains_key(addr));
@@ -224,9 +223,14 @@ fn mark(dirty: &mut Dirty, addr: SocketAddr, host: Box<str>) {
 
 impl Socket {
     /// Builds the virtual hosts of `hosts` (all when `None`) again, dropping those left
-    /// without routes; one whose contributions carry the very actions of the same
-    /// hostname in `old` shares its virtual host.
-    fn rebuild(&mut self, hosts: Option<HashSet<Box<str>>>, old: Option<&HashMap<Box<str>, Host>>) {
+    /// without routes, and returns the socket's route table: the last one patched at
+    /// those hostnames, or a new one. A hostname whose contributions carry the very
+    /// actions of the same hostname in `old` shares its virtual host.
+    fn rebuild(
+        &mut self,
+        hosts: Option<HashSet<Box<str>>>,
+        old: Option<&HashMap<Box<str>, Host>>,
+    ) -> RouteTable {
         let build = |name: &str, h: &mut Host| {
             let same = |o: &Host| {
                 o.contributions.len() == h.contributions.len()
@@ -240,26 +244,39 @@ impl Socket {
                 _ => h.vhost = Arc::new(virtual_host(&h.contributions)),
             }
         };
-        match hosts {
-            None => {
-                self.hosts.retain(|_, h| !h.contributions.is_empty());
-                for (name, h) in &mut self.hosts {
-                    build(name, h);
-                }
+        let (Some(names), Some(last)) = (hosts, &self.listener) else {
+            self.hosts.retain(|_, h| !h.contributions.is_empty());
+            for (name, h) in &mut self.hosts {
+                build(name, h);
             }
-            Some(names) => {
-                for name in names {
-                    match self.hosts.get_mut(&*name) {
-                        Some(h) if h.contributions.is_empty() => {
-                            self.hosts.remove(&*name);
-                        }
-                        Some(h) => build(&name, h),
-                        None => {}
-                    }
+            return RouteTable::from_hosts(
+                self.hosts
+                    .iter()
+                    .map(|(h, e)| (named(h), Arc::clone(&e.vhost))),
+            );
+        };
+        let mut changes: Vec<(Box<str>, Option<Arc<VirtualHost>>)> = Vec::new();
+        for name in names {
+            match self.hosts.get_mut(&*name) {
+                Some(h) if h.contributions.is_empty() => {
+                    self.hosts.remove(&*name);
+                    changes.push((name, None));
                 }
+                Some(h) => {
+                    build(&name, h);
+                    changes.push((name, Some(Arc::clone(&h.vhost))));
+                }
+                None => changes.push((name, None)),
             }
         }
+        last.routes
+            .patched(changes.iter().map(|(h, v)| (named(h), v.clone())))
     }
+}
+
+/// A hostname as route tables take it: `""` is any host.
+fn named(host: &str) -> Option<&str> {
+    (!host.is_empty()).then_some(host)
 }
 
 /// The sockets the Gateways' HTTP and HTTPS listeners need, and which socket each
@@ -361,13 +378,8 @@ impl PortPlan {
         }
     }
 
-    /// The socket's listener, serving `hosts`.
-    fn listener(self, addr: SocketAddr, hosts: &HashMap<Box<str>, Host>) -> Listener {
-        let table = RouteTable::from_hosts(
-            hosts
-                .iter()
-                .map(|(h, e)| ((!h.is_empty()).then_some(&**h), Arc::clone(&e.vhost))),
-        );
+    /// The socket's listener, serving `table`.
+    fn listener(self, addr: SocketAddr, table: RouteTable) -> Listener {
         let mut listener =
             Listener::new(addr, self.gateway, self.sections, table).with_public_port(self.port);
         if let Some(certs) = self.tls {

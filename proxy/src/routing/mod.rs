@@ -140,6 +140,20 @@ impl RouteTable {
         table
     }
 
+    /// This table with each given hostname's virtual host replaced (`None`: removed).
+    /// Copying a table costs a count per hostname; a change to a few routes patches a
+    /// copy rather than build a table of thousands of names again.
+    pub fn patched<'h>(
+        &self,
+        changes: impl IntoIterator<Item = (Option<&'h str>, Option<Arc<VirtualHost>>)>,
+    ) -> Self {
+        let mut hosts = self.hosts.clone();
+        for (host, vhost) in changes {
+            hosts.set(host, vhost);
+        }
+        Self { hosts }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.hosts.is_empty()
     }

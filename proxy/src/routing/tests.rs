@@ -71,6 +71,41 @@ fn unknown_host_without_catch_all_finds_nothing() {
     assert!(t.virtual_host(&"x".repeat(400)).is_none());
 }
 
+/// A patched copy replaces, adds and removes exact, wildcard and any-host entries,
+/// and leaves the table it was copied from as it was (a live Snapshot holds it).
+#[test]
+fn patched_table_changes_only_the_names_given() {
+    let vhost = |route: &str| {
+        Arc::new(VirtualHost::new(vec![entry(
+            route,
+            PathMatch::prefix("/"),
+            0,
+        )]))
+    };
+    let t = RouteTable::from_hosts([
+        (Some("a.example.com"), vhost("a")),
+        (Some("b.example.com"), vhost("b")),
+        (Some("*.example.com"), vhost("wild")),
+        (None, vhost("any")),
+    ]);
+    let p = t.patched([
+        (Some("A.example.com"), Some(vhost("a2"))),
+        (Some("b.example.com"), None),
+        (Some("c.example.com"), Some(vhost("c"))),
+        (Some("*.example.com"), None),
+        (None, None),
+    ]);
+    assert_eq!(find(&p, "a.example.com", "/"), Some("a2"));
+    assert_eq!(find(&p, "b.example.com", "/"), None);
+    assert_eq!(find(&p, "c.example.com", "/"), Some("c"));
+    assert_eq!(find(&p, "x.example.com", "/"), None);
+    assert_eq!(find(&p, "other.org", "/"), None);
+    assert_eq!(find(&t, "a.example.com", "/"), Some("a"));
+    assert_eq!(find(&t, "b.example.com", "/"), Some("b"));
+    assert_eq!(find(&t, "x.example.com", "/"), Some("wild"));
+    assert_eq!(find(&t, "other.org", "/"), Some("any"));
+}
+
 #[test]
 fn precedence_across_routes_then_age_then_name() {
     let mut b = RouteTable::builder();
