@@ -104,10 +104,14 @@ pub fn carry_status(
         crate::status::ObjectStatus<gateway_api::httproutes::HttpRouteStatus>,
     >,
 ) {
-    for (key, route) in &mut store.l4_routes {
-        if route.status.is_none()
-            && let Some(s) = previous.get(key)
-        {
+    let missing: Vec<(L4Kind, crate::ObjectKey)> = store
+        .l4_routes
+        .iter()
+        .filter(|(key, route)| route.status.is_none() && previous.contains_key(key))
+        .map(|(key, _)| key.clone())
+        .collect();
+    for key in missing {
+        if let (Some(route), Some(s)) = (store.l4_routes.get_mut(&key), previous.get(&key)) {
             std::sync::Arc::make_mut(route).status = Some((*s.status).clone());
         }
     }

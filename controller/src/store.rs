@@ -217,43 +217,47 @@ impl Object {
     }
 }
 
+/// The Store's maps: persistent, so a copy of the Store costs O(1) and what changed
+/// between two copies is found by a diff that skips the subtrees they share.
+pub type Map<K, V> = imbl::OrdMap<K, V>;
+
 /// Objects are kept by `Arc`: a copy of the Store (the Kubernetes source takes one per
 /// reconcile) shares them, and the incremental reconciler tells an unchanged object
 /// from a replaced one by pointer.
 #[derive(Debug, Default, Clone)]
 pub struct Store {
-    pub gateway_classes: BTreeMap<String, Arc<GatewayClass>>,
-    pub gateways: BTreeMap<ObjectKey, Arc<Gateway>>,
+    pub gateway_classes: Map<String, Arc<GatewayClass>>,
+    pub gateways: Map<ObjectKey, Arc<Gateway>>,
     /// Per Gateway, what its typed form can't hold (see `gateway_ext`).
-    pub gateway_ext: BTreeMap<ObjectKey, GatewayExt>,
-    pub http_routes: BTreeMap<ObjectKey, Arc<HttpRoute>>,
+    pub gateway_ext: Map<ObjectKey, GatewayExt>,
+    pub http_routes: Map<ObjectKey, Arc<HttpRoute>>,
     /// Per HTTPRoute that has any, its experimental fields (see `route_ext`).
-    pub http_route_ext: BTreeMap<ObjectKey, HttpRouteExt>,
+    pub http_route_ext: Map<ObjectKey, HttpRouteExt>,
     /// GRPCRoutes, in their HTTPRoute form.
-    pub grpc_routes: BTreeMap<ObjectKey, Arc<HttpRoute>>,
-    pub reference_grants: BTreeMap<ObjectKey, Arc<ReferenceGrant>>,
+    pub grpc_routes: Map<ObjectKey, Arc<HttpRoute>>,
+    pub reference_grants: Map<ObjectKey, Arc<ReferenceGrant>>,
     /// Extra listeners for Gateways that allow them (GEP-1713).
-    pub listener_sets: BTreeMap<ObjectKey, Arc<ListenerSet>>,
+    pub listener_sets: Map<ObjectKey, Arc<ListenerSet>>,
     /// Secrets trimmed to their TLS fields (see `tls_secret`).
-    pub secrets: BTreeMap<ObjectKey, Arc<Secret>>,
+    pub secrets: Map<ObjectKey, Arc<Secret>>,
     /// Secrets whose TLS fields were over the size cap (kept without data), and why.
-    pub oversized_secrets: BTreeMap<ObjectKey, String>,
+    pub oversized_secrets: Map<ObjectKey, String>,
     /// ConfigMaps, holding only their `ca.crt` (frontend TLS validation CA bundles).
-    pub config_maps: BTreeMap<ObjectKey, Arc<ConfigMap>>,
-    pub services: BTreeMap<ObjectKey, Arc<Service>>,
-    pub endpoint_slices: BTreeMap<ObjectKey, Arc<EndpointSlice>>,
-    pub namespaces: BTreeMap<String, Arc<Namespace>>,
+    pub config_maps: Map<ObjectKey, Arc<ConfigMap>>,
+    pub services: Map<ObjectKey, Arc<Service>>,
+    pub endpoint_slices: Map<ObjectKey, Arc<EndpointSlice>>,
+    pub namespaces: Map<String, Arc<Namespace>>,
     /// TCPRoutes, UDPRoutes and TLSRoutes, by kind then `namespace/name`.
-    pub l4_routes: BTreeMap<(L4Kind, ObjectKey), Arc<L4Route>>,
-    pub pods: BTreeMap<ObjectKey, Arc<Pod>>,
-    pub backend_tls_policies: BTreeMap<ObjectKey, Arc<BackendTlsPolicy>>,
+    pub l4_routes: Map<(L4Kind, ObjectKey), Arc<L4Route>>,
+    pub pods: Map<ObjectKey, Arc<Pod>>,
+    pub backend_tls_policies: Map<ObjectKey, Arc<BackendTlsPolicy>>,
     /// Dedicated Gateways' Deployments and PodDisruptionBudgets (metadata only:
     /// name, namespace, labels), in Kubernetes mode.
-    pub owned: BTreeMap<(OwnedKind, ObjectKey), ObjectMeta>,
+    pub owned: Map<(OwnedKind, ObjectKey), ObjectMeta>,
     /// Per Gateway, why the API server refused to write what the controller creates for
     /// it (Kubernetes mode: set by the Service applier, not by a watch; see
     /// `kube::apply_errors`). The reconcile reports it in the Gateway's status.
-    pub apply_failures: BTreeMap<ObjectKey, String>,
+    pub apply_failures: Map<ObjectKey, String>,
 }
 
 impl Store {
@@ -270,7 +274,11 @@ impl Store {
     /// never see a missing namespace.
     pub fn apply(&mut self, object: Object) -> bool {
         /// Stores `value`; true if it differs from what was there.
-        fn put<K: Ord, V: PartialEq>(map: &mut BTreeMap<K, V>, key: K, value: V) -> bool {
+        fn put<K: Ord + Clone, V: PartialEq + Clone>(
+            map: &mut Map<K, V>,
+            key: K,
+            value: V,
+        ) -> bool {
             match map.get_mut(&key) {
                 Some(old) if *old == value => false,
                 Some(old) => {

@@ -85,6 +85,7 @@ impl ApplyFailures {
                     .or_insert_with(|| m.clone());
             }
         }
+        let per_gateway: crate::store::Map<_, _> = per_gateway.into_iter().collect();
         if shared.with(|s| s.apply_failures != per_gateway) {
             shared.update(|s| s.apply_failures = per_gateway);
         }

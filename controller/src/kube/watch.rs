@@ -351,7 +351,12 @@ macro_rules! owned {
                 Object::Owned(OwnedKind::$kind, Box::new(self.metadata))
             }
             fn clear(store: &mut Store) {
-                store.owned.retain(|(k, _), _| *k != OwnedKind::$kind);
+                store.owned = store
+                    .owned
+                    .iter()
+                    .filter(|((k, _), _)| *k != OwnedKind::$kind)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
             }
             fn remove(store: &mut Store, meta: &ObjectMeta) {
                 store.owned.remove(&(OwnedKind::$kind, ObjectKey::of(meta)));
@@ -400,7 +405,12 @@ macro_rules! l4_kind {
                 Object::L4Route(Box::new(self.0))
             }
             fn clear(store: &mut Store) {
-                store.l4_routes.retain(|(k, _), _| *k != L4Kind::$variant);
+                store.l4_routes = store
+                    .l4_routes
+                    .iter()
+                    .filter(|((k, _), _)| *k != L4Kind::$variant)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
             }
             fn remove(store: &mut Store, meta: &ObjectMeta) {
                 store

@@ -16,7 +16,7 @@
 //! the property test in `incremental_tests` holds a long-lived one to a fresh one after
 //! every step of random changes.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use gateway_api::backendtlspolicies::BackendTlsPolicy;
@@ -31,7 +31,8 @@ use super::backend::{BackendCache, BackendResolver};
 use super::route_memo::RouteMemo;
 use super::translate::TranslateMemo;
 use super::{Addressing, Outcome, Settings};
-use crate::store::{ObjectKey, Store};
+use crate::store::{Map, ObjectKey, Store};
+use imbl::ordmap::DiffItem;
 
 /// A reconciler for one source's Store, reused across changes.
 pub struct Reconciler {
@@ -84,8 +85,8 @@ pub struct Redone {
 /// so an unchanged pointer really is the same object (no address reuse).
 #[derive(Default)]
 struct Seen {
-    services: BTreeMap<ObjectKey, Arc<Service>>,
-    slices: BTreeMap<ObjectKey, Arc<EndpointSlice>>,
+    services: Map<ObjectKey, Arc<Service>>,
+    slices: Map<ObjectKey, Arc<EndpointSlice>>,
     /// Everything else a route's compile may read.
     backend_side: Option<BackendSide>,
     /// Everything a route's attachment may read besides the route itself.
@@ -94,10 +95,10 @@ struct Seen {
 
 #[derive(Clone)]
 struct BackendSide {
-    pods: BTreeMap<ObjectKey, Arc<Pod>>,
-    grants: BTreeMap<ObjectKey, Arc<ReferenceGrant>>,
-    policies: BTreeMap<ObjectKey, Arc<BackendTlsPolicy>>,
-    config_maps: BTreeMap<ObjectKey, Arc<ConfigMap>>,
+    pods: Map<ObjectKey, Arc<Pod>>,
+    grants: Map<ObjectKey, Arc<ReferenceGrant>>,
+    policies: Map<ObjectKey, Arc<BackendTlsPolicy>>,
+    config_maps: Map<ObjectKey, Arc<ConfigMap>>,
 }
 
 impl BackendSide {
@@ -120,15 +121,15 @@ impl BackendSide {
 
 #[derive(Clone)]
 struct GatewaySide {
-    classes: BTreeMap<String, Arc<GatewayClass>>,
-    gateways: BTreeMap<ObjectKey, Arc<Gateway>>,
-    gateway_ext: BTreeMap<ObjectKey, crate::gateway_ext::GatewayExt>,
-    sets: BTreeMap<ObjectKey, Arc<ListenerSet>>,
-    secrets: BTreeMap<ObjectKey, Arc<Secret>>,
-    oversized_secrets: BTreeMap<ObjectKey, String>,
-    config_maps: BTreeMap<ObjectKey, Arc<ConfigMap>>,
-    namespaces: BTreeMap<String, Arc<Namespace>>,
-    grants: BTreeMap<ObjectKey, Arc<ReferenceGrant>>,
+    classes: Map<String, Arc<GatewayClass>>,
+    gateways: Map<ObjectKey, Arc<Gateway>>,
+    gateway_ext: Map<ObjectKey, crate::gateway_ext::GatewayExt>,
+    sets: Map<ObjectKey, Arc<ListenerSet>>,
+    secrets: Map<ObjectKey, Arc<Secret>>,
+    oversized_secrets: Map<ObjectKey, String>,
+    config_maps: Map<ObjectKey, Arc<ConfigMap>>,
+    namespaces: Map<String, Arc<Namespace>>,
+    grants: Map<ObjectKey, Arc<ReferenceGrant>>,
 }
 
 impl GatewaySide {
@@ -149,22 +150,29 @@ impl GatewaySide {
     fn same(&self, store: &Store) -> bool {
         same(&self.classes, &store.gateway_classes)
             && same(&self.gateways, &store.gateways)
-            && self.gateway_ext == store.gateway_ext
+            && equal(&self.gateway_ext, &store.gateway_ext)
             && same(&self.sets, &store.listener_sets)
             && same(&self.secrets, &store.secrets)
-            && self.oversized_secrets == store.oversized_secrets
+            && equal(&self.oversized_secrets, &store.oversized_secrets)
             && same(&self.config_maps, &store.config_maps)
             && same(&self.namespaces, &store.namespaces)
             && same(&self.grants, &store.reference_grants)
     }
 }
 
-/// Do two maps hold the same objects (by identity) under the same keys?
-fn same<K: Ord, V>(a: &BTreeMap<K, Arc<V>>, b: &BTreeMap<K, Arc<V>>) -> bool {
-    a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .all(|((ka, va), (kb, vb))| ka == kb && Arc::ptr_eq(va, vb))
+/// Do two maps hold the same objects (by identity) under the same keys? A map nothing
+/// was written to since it was copied is answered by one pointer comparison.
+fn same<K: Ord + Clone, V>(a: &Map<K, Arc<V>>, b: &Map<K, Arc<V>>) -> bool {
+    a.ptr_eq(b)
+        || (a.len() == b.len()
+            && a.iter()
+                .zip(b.iter())
+                .all(|((ka, va), (kb, vb))| ka == kb && Arc::ptr_eq(va, vb)))
+}
+
+/// [`same`] for maps of values compared by content.
+fn equal<K: Ord + Clone, V: PartialEq + Clone>(a: &Map<K, V>, b: &Map<K, V>) -> bool {
+    a.ptr_eq(b) || a == b
 }
 
 /// What changed since the last run, as the phases need it.
@@ -191,8 +199,8 @@ impl Memo {
                 }
             }
         });
-        self.seen.services.clone_from(&store.services);
-        self.seen.slices.clone_from(&store.endpoint_slices);
+        self.seen.services = store.services.clone();
+        self.seen.slices = store.endpoint_slices.clone();
         let all_stale = !self
             .seen
             .backend_side
@@ -236,42 +244,20 @@ impl Memo {
 }
 
 /// Calls `changed` for every key whose object differs between `old` and `new` (added,
-/// removed or replaced).
-fn diff<K: Ord, V>(
-    old: &BTreeMap<K, Arc<V>>,
-    new: &BTreeMap<K, Arc<V>>,
+/// removed or replaced by a different one); the subtrees the maps share are skipped.
+fn diff<K: Ord + Clone, V: PartialEq>(
+    old: &Map<K, Arc<V>>,
+    new: &Map<K, Arc<V>>,
     mut changed: impl FnMut(&K, Option<&V>, Option<&V>),
 ) {
-    let mut a = old.iter().peekable();
-    let mut b = new.iter().peekable();
-    loop {
-        match (a.peek(), b.peek()) {
-            (None, None) => break,
-            (Some((ka, va)), Some((kb, vb))) => match ka.cmp(kb) {
-                std::cmp::Ordering::Less => {
-                    changed(ka, Some(va), None);
-                    a.next();
-                }
-                std::cmp::Ordering::Greater => {
-                    changed(kb, None, Some(vb));
-                    b.next();
-                }
-                std::cmp::Ordering::Equal => {
-                    if !Arc::ptr_eq(va, vb) {
-                        changed(ka, Some(va), Some(vb));
-                    }
-                    a.next();
-                    b.next();
-                }
-            },
-            (Some((ka, va)), None) => {
-                changed(ka, Some(va), None);
-                a.next();
-            }
-            (None, Some((kb, vb))) => {
-                changed(kb, None, Some(vb));
-                b.next();
-            }
+    for d in old.diff(new) {
+        match d {
+            DiffItem::Add(k, v) => changed(k, None, Some(v)),
+            DiffItem::Update {
+                old: (k, a),
+                new: (_, b),
+            } => changed(k, Some(a), Some(b)),
+            DiffItem::Remove(k, v) => changed(k, Some(v), None),
         }
     }
 }

@@ -3,10 +3,11 @@
 //! has attached. A run compiles and attaches only the routes that are new or stale, and
 //! names them (see [`RouteMemo::changed`]) so translation rebuilds only what they feed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use gateway_api::httproutes::HttpRoute;
+use imbl::ordmap::DiffItem;
 
 use super::backend::BackendResolver;
 use super::incremental::{Changes, Redone};
@@ -14,7 +15,7 @@ use super::route::{Attached, RouteModel};
 use super::translate::RouteActions;
 use crate::route_ext::HttpRouteExt;
 use crate::status::{ObjectStatus, RouteStatuses};
-use crate::store::{ObjectKey, Store};
+use crate::store::{Map, ObjectKey, Store};
 
 /// A route's identity across kinds; HTTPRoutes order before GRPCRoutes, as the phases
 /// take them.
@@ -24,16 +25,17 @@ pub(super) struct RouteId {
     pub key: ObjectKey,
 }
 
-/// Per route, what was derived from it. Kept in key order, like the Store's maps, so
-/// a run finds what changed by walking both side by side (a pointer comparison per
-/// route).
+/// Per route, what was derived from it, and the Store's route maps as the last run saw
+/// them: a run finds the routes that changed by a diff of those and the Store's (which
+/// skips the subtrees they share), not by a walk over every route.
 #[derive(Default)]
 pub(super) struct RouteMemo {
     http: BTreeMap<ObjectKey, CachedRoute>,
     grpc: BTreeMap<ObjectKey, CachedRoute>,
-    /// How many cached routes resolved each Service: the endpoint interest of routes
-    /// not compiled again.
-    interest: BTreeMap<ObjectKey, usize>,
+    seen: Seen,
+    /// The routes that resolved each Service: those to compile again when it or its
+    /// EndpointSlices change, and the endpoint interest of routes not compiled again.
+    interest: BTreeMap<ObjectKey, BTreeSet<RouteId>>,
     /// The statuses of the routes with any parent to report, patched where a route's
     /// attachment was decided again or the route went: each run hands out an O(1)
     /// copy, and the publisher finds the changes by a diff.
@@ -49,9 +51,16 @@ pub(super) struct RouteMemo {
     pub(super) redone: Redone,
 }
 
+/// Copies (O(1)) of the Store's route maps as the last run saw them.
+#[derive(Default)]
+struct Seen {
+    http: Map<ObjectKey, Arc<HttpRoute>>,
+    http_ext: Map<ObjectKey, HttpRouteExt>,
+    grpc: Map<ObjectKey, Arc<HttpRoute>>,
+}
+
 pub(super) struct CachedRoute {
     object: Arc<HttpRoute>,
-    ext: Option<HttpRouteExt>,
     pub(super) model: Arc<RouteModel>,
     /// The Services its compile resolved, sorted (usually one: a one-element BTreeSet
     /// would hold a node of eleven).
@@ -96,28 +105,33 @@ impl RouteMemo {
         }
         let mut changed = Vec::new();
         let ext_of = |k: &ObjectKey| store.http_route_ext.get(k);
+        let mut stale = self.seen.stale(store, changes.all_stale);
+        for svc in &changes.services {
+            stale.extend(self.interest.get(svc).into_iter().flatten().cloned());
+        }
+        if changes.all_stale {
+            let cached = self.http.keys().map(|k| (false, k));
+            let cached = cached.chain(self.grpc.keys().map(|k| (true, k)));
+            stale.extend(cached.map(|(grpc, key)| RouteId {
+                grpc,
+                key: key.clone(),
+            }));
+        }
         let mut work = Work {
             interest: &mut self.interest,
             listener_routes: &mut self.listener_routes,
             changed: &mut changed,
             redone: &mut self.redone,
-            changes,
             resolver,
         };
-        work.sync(
-            &mut self.http,
-            &mut self.http_statuses,
-            false,
-            &store.http_routes,
-            ext_of,
-        );
-        work.sync(
-            &mut self.grpc,
-            &mut self.grpc_statuses,
-            true,
-            &store.grpc_routes,
-            |_| None,
-        );
+        for id in stale {
+            let (cache, statuses, current) = match id.grpc {
+                false => (&mut self.http, &mut self.http_statuses, &store.http_routes),
+                true => (&mut self.grpc, &mut self.grpc_statuses, &store.grpc_routes),
+            };
+            let ext = if id.grpc { None } else { ext_of(&id.key) };
+            work.sync(cache, statuses, id, current, ext);
+        }
         let mut attach = Attach {
             store,
             side: gateway_side,
@@ -243,114 +257,101 @@ fn report(statuses: &mut RouteStatuses, key: &ObjectKey, generation: i64, attach
     }
 }
 
+impl Seen {
+    /// The routes whose object or experimental fields differ from what the last run saw
+    /// (all of them when `everything`), in order; remembers the Store's maps.
+    fn stale(&mut self, store: &Store, everything: bool) -> BTreeSet<RouteId> {
+        let mut stale = BTreeSet::new();
+        let mut note = |grpc: bool, key: &ObjectKey| {
+            stale.insert(RouteId {
+                grpc,
+                key: key.clone(),
+            });
+        };
+        if everything {
+            store.http_routes.keys().for_each(|k| note(false, k));
+            store.grpc_routes.keys().for_each(|k| note(true, k));
+        } else {
+            for d in self.http.diff(&store.http_routes) {
+                note(false, changed_key(&d));
+            }
+            for d in self.http_ext.diff(&store.http_route_ext) {
+                note(false, changed_key(&d));
+            }
+            for d in self.grpc.diff(&store.grpc_routes) {
+                note(true, changed_key(&d));
+            }
+        }
+        self.http = store.http_routes.clone();
+        self.http_ext = store.http_route_ext.clone();
+        self.grpc = store.grpc_routes.clone();
+        stale
+    }
+}
+
+fn changed_key<'a, K, V>(d: &DiffItem<'a, 'a, K, V>) -> &'a K {
+    match d {
+        DiffItem::Add(k, _) | DiffItem::Remove(k, _) => k,
+        DiffItem::Update { new: (k, _), .. } => k,
+    }
+}
+
 /// What compiling routes again needs besides the cache it updates.
 struct Work<'w, 's> {
-    interest: &'w mut BTreeMap<ObjectKey, usize>,
+    interest: &'w mut BTreeMap<ObjectKey, BTreeSet<RouteId>>,
     listener_routes: &'w mut BTreeMap<(ObjectKey, usize), usize>,
     changed: &'w mut Vec<RouteId>,
     redone: &'w mut Redone,
-    changes: &'w Changes,
     resolver: &'w mut BackendResolver<'s>,
 }
 
 impl Work<'_, '_> {
-    /// Brings `cache` up to date with `current`: entries of routes that went are
-    /// dropped, routes that are new or stale are compiled. Both maps are in key order,
-    /// so one walk side by side finds them; a route that stays costs a comparison.
-    fn sync<'e>(
+    /// Brings route `id`'s entry up to date with the Store (`current` is its kind's
+    /// map): dropped when the route went, compiled again otherwise.
+    fn sync(
         &mut self,
         cache: &mut BTreeMap<ObjectKey, CachedRoute>,
         statuses: &mut RouteStatuses,
-        grpc: bool,
-        current: &BTreeMap<ObjectKey, Arc<HttpRoute>>,
-        ext_of: impl Fn(&ObjectKey) -> Option<&'e HttpRouteExt>,
+        id: RouteId,
+        current: &Map<ObjectKey, Arc<HttpRoute>>,
+        ext: Option<&HttpRouteExt>,
     ) {
-        let changes = self.changes;
-        let stands = |c: &CachedRoute, route: &Arc<HttpRoute>, ext: Option<&HttpRouteExt>| {
-            !changes.all_stale
-                && Arc::ptr_eq(&c.object, route)
-                && c.ext.as_ref() == ext
-                && !c.referenced.iter().any(|s| changes.services.contains(s))
-        };
-        let mut stale: Vec<(&ObjectKey, &Arc<HttpRoute>)> = Vec::new();
-        let mut gone: Vec<ObjectKey> = Vec::new();
-        let mut old = cache.iter().peekable();
-        let mut new = current.iter().peekable();
-        loop {
-            match (old.peek(), new.peek()) {
-                (None, None) => break,
-                (Some((ko, c)), Some((kn, route))) => match ko.cmp(kn) {
-                    std::cmp::Ordering::Less => {
-                        gone.push((*ko).clone());
-                        old.next();
-                    }
-                    std::cmp::Ordering::Greater => {
-                        stale.push((kn, route));
-                        new.next();
-                    }
-                    std::cmp::Ordering::Equal => {
-                        if !stands(c, route, ext_of(kn)) {
-                            stale.push((kn, route));
-                        }
-                        old.next();
-                        new.next();
-                    }
-                },
-                (Some((ko, _)), None) => {
-                    gone.push((*ko).clone());
-                    old.next();
-                }
-                (None, Some((kn, route))) => {
-                    stale.push((kn, route));
-                    new.next();
-                }
+        // The old entry leaves the indexes before the new one enters them: both are
+        // filed under the same id.
+        if let Some(c) = cache.remove(&id.key) {
+            self.forget(&id, &c);
+        }
+        match current.get(&id.key) {
+            None => {
+                statuses.remove(&id.key);
+            }
+            Some(route) => {
+                let fresh = self.compile(&id, route, ext);
+                cache.insert(id.key.clone(), fresh);
             }
         }
-        // `gone` and `stale` are each in key order; the changed list is merged in order.
-        let mut ids: Vec<RouteId> = Vec::with_capacity(gone.len() + stale.len());
-        for key in gone {
-            statuses.remove(&key);
-            if let Some(c) = cache.remove(&key) {
-                self.forget(&c);
-            }
-            ids.push(RouteId { grpc, key });
-        }
-        for (key, route) in stale {
-            let fresh = self.compile(
-                if grpc { "GRPCRoute" } else { "HTTPRoute" },
-                key,
-                route,
-                ext_of(key),
-            );
-            if let Some(c) = cache.insert(key.clone(), fresh) {
-                self.forget(&c);
-            }
-            ids.push(RouteId {
-                grpc,
-                key: key.clone(),
-            });
-        }
-        ids.sort_unstable();
-        self.changed.extend(ids);
+        self.changed.push(id);
     }
 
     fn compile(
         &mut self,
-        kind: &'static str,
-        key: &ObjectKey,
+        id: &RouteId,
         route: &Arc<HttpRoute>,
         ext: Option<&HttpRouteExt>,
     ) -> CachedRoute {
         self.redone.compiled += 1;
         self.resolver.record();
-        let model = super::route::compile(key.clone(), kind, route, ext, self.resolver);
+        let kind = if id.grpc { "GRPCRoute" } else { "HTTPRoute" };
+        let model = super::route::compile(id.key.clone(), kind, route, ext, self.resolver);
         let referenced: Box<[ObjectKey]> = self.resolver.recorded().into_iter().collect();
         for svc in &referenced {
-            *self.interest.entry(svc.clone()).or_default() += 1;
+            self.interest
+                .entry(svc.clone())
+                .or_default()
+                .insert(id.clone());
         }
         CachedRoute {
             object: Arc::clone(route),
-            ext: ext.cloned(),
             model: Arc::new(model),
             referenced,
             attached: None,
@@ -360,11 +361,11 @@ impl Work<'_, '_> {
 
     /// Takes a dropped entry out of the indexes: its endpoint interest, and its
     /// placements (already cleared when every route is attached again).
-    fn forget(&mut self, c: &CachedRoute) {
+    fn forget(&mut self, id: &RouteId, c: &CachedRoute) {
         for svc in &c.referenced {
-            if let Some(n) = self.interest.get_mut(svc) {
-                *n -= 1;
-                if *n == 0 {
+            if let Some(routes) = self.interest.get_mut(svc) {
+                routes.remove(id);
+                if routes.is_empty() {
                     self.interest.remove(svc);
                 }
             }
