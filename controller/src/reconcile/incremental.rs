@@ -2,15 +2,17 @@
 //!
 //! [`Reconciler::reconcile`] runs the same phases as a full reconcile, but each
 //! expensive phase reuses what the last run derived from inputs that have not changed
-//! since, telling changed objects from unchanged ones by the Store's `Arc`s:
+//! since, telling changed objects from unchanged ones by diffs of the Store's
+//! persistent maps and its `Arc`s:
 //! - a route is compiled again only when it, or a Service or EndpointSlice its
 //!   backendRefs resolved, changed (Pods, ReferenceGrants, BackendTLSPolicies and
-//!   ConfigMaps, which are rare and read from everywhere, make every route stale);
+//!   ConfigMaps, which are rare and read from everywhere, make every route stale; see
+//!   `route_memo`);
 //! - a route's attachment (its status parents and the listeners it serves on) is
 //!   reused while its model and the Gateway side (classes, Gateways, ListenerSets,
 //!   Secrets, ConfigMaps, Namespaces, ReferenceGrants) stand;
-//! - the Snapshot shares each unchanged route's rule actions and each unchanged
-//!   hostname's virtual host with the one before (see `translate::TranslateMemo`).
+//! - the Snapshot is the last one with the changed routes' virtual hosts rebuilt and
+//!   patched in (see `translate::TranslateMemo`).
 //!
 //! A fresh `Reconciler` has nothing to reuse, so its first run *is* the full reconcile;
 //! the property test in `incremental_tests` holds a long-lived one to a fresh one after
