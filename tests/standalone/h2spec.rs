@@ -64,14 +64,16 @@ fn run(
     report: &Path,
 ) -> Result<(usize, Vec<String>), BoxError> {
     let mut cmd = Command::new("timeout");
-    // Bounded: 3 s per case at most, 300 s for the run.
+    // Bounded: 10 s per case at most, 300 s for the run. A passing run takes about two
+    // seconds in all; the per-case bound is generous because on a loaded 2-core machine
+    // an answer once took over 3 s and a case (6.9.1) failed for time alone.
     cmd.arg("300").arg(h2spec).args([
         "-h",
         &addr.ip().to_string(),
         "-p",
         &addr.port().to_string(),
         "-o",
-        "3",
+        "10",
         "-j",
     ]);
     cmd.arg(report);
