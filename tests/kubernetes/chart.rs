@@ -2,7 +2,6 @@
 //! apply to the real API server: every object it renders must be accepted as written
 //! (built-in kinds by the server's own validation, GatewayClass by the official CRD).
 
-use std::path::Path;
 use std::process::Command;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -10,11 +9,13 @@ use kube::api::{DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
 use kube::{Api, Client};
 
+use aether_test_support::Proc;
+
 use crate::cluster::{BoxError, Cluster};
 
 /// Renders the chart with `helm template` (tests/chart/tools.sh fetches Helm once).
 pub(crate) fn render(values: Option<&str>) -> Result<String, BoxError> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = aether_test_support::repo_root();
     let tools = Command::new("bash")
         .arg(root.join("tests/chart/tools.sh"))
         .output()?;
@@ -117,22 +118,18 @@ fn args_are_accepted(cluster: &Cluster, yaml: &str) -> Result<(), BoxError> {
             None => a.to_owned(),
         })
         .collect();
-    let port = crate::free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_aether-edge"))
-        .args(&args)
-        .arg(format!("--admin=127.0.0.1:{port}"))
-        .env("KUBECONFIG", &cluster.kubeconfig)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()?;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_aether-edge"));
+    cmd.args(&args)
+        .arg(format!("--admin=127.0.0.1:{}", crate::free_port()))
+        .env("KUBECONFIG", &cluster.kubeconfig);
+    let mut edge = Proc::spawn(cmd, "edge-chart-args", cluster.dir.path())?;
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    let exited = child.try_wait()?;
-    let _ = child.kill();
-    let out = child.wait_with_output()?;
+    let exited = edge.try_exit()?;
+    edge.kill()?;
     assert!(
         exited.is_none(),
         "aether-edge {args:?} exited at once ({exited:?}): {}",
-        String::from_utf8_lossy(&out.stderr)
+        edge.log()
     );
     Ok(())
 }

@@ -13,9 +13,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 
-use crate::ports::free_port;
-
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub use aether_test_support::BoxError;
+use aether_test_support::{free_port, repo_root, test_tool};
 
 const TOKEN: &str = "aether-test-token";
 /// A second, unprivileged user: no groups but `system:authenticated`, so it may do only
@@ -75,21 +74,6 @@ impl Drop for ClusterSlot {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            // The test failed: show what the edges said before the logs go with the
-            // temporary directory.
-            for entry in std::fs::read_dir(self.dir.path())
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if name.starts_with("edge-") {
-                    let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-                    eprintln!("===== {name} =====\n{}", text.trim_end());
-                }
-            }
-        }
         for p in &mut self.procs {
             let _ = p.kill();
             let _ = p.wait();
@@ -118,24 +102,10 @@ pub fn crds_dir() -> Result<Option<PathBuf>, BoxError> {
 /// Runs one of tests/k8s/'s scripts, which print a path, or exit 3 when there is no
 /// Go toolchain to make what they provide.
 fn from_script(script: &str, what: &str) -> Result<Option<PathBuf>, BoxError> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new("bash")
-        .arg(root.join(script))
-        .stderr(Stdio::inherit())
-        .output()?;
-    match out.status.code() {
-        Some(0) => Ok(Some(PathBuf::from(String::from_utf8(out.stdout)?.trim()))),
-        // CI sets AETHER_REQUIRE_K8S=1: there a missing toolchain is a failure, not a
-        // quietly green suite.
-        Some(3) if std::env::var("AETHER_REQUIRE_K8S").is_ok_and(|v| v == "1") => {
-            Err(format!("no Go toolchain, so no {what}, and AETHER_REQUIRE_K8S=1").into())
-        }
-        Some(3) => {
-            eprintln!("SKIPPED: no Go toolchain, so no {what} to test against");
-            Ok(None)
-        }
-        _ => Err(format!("{script} failed: {}", out.status).into()),
-    }
+    test_tool(
+        script,
+        &format!("no Go toolchain, so no {what} to test against"),
+    )
 }
 
 impl Cluster {
@@ -333,7 +303,7 @@ impl Cluster {
     /// The chart's GEP-5093 patch to the Gateway CRD, applied with a real kubectl the
     /// way docs/kubernetes.md tells users to.
     pub fn patch_routability(&self) -> Result<(), BoxError> {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = repo_root();
         let tools = Command::new("bash")
             .arg(root.join("tests/chart/tools.sh"))
             .stderr(Stdio::inherit())

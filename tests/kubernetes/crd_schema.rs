@@ -11,7 +11,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{edge, eventually};
+use crate::{Net, Wait, edge, eventually_some};
 
 const NS: &str = "stock";
 const LEFT_OUT: &str = "routability is not reported";
@@ -43,12 +43,13 @@ async fn gateway_status_fits_the_installed_crd_stock_then_patched() -> Result<()
     let client = cluster.client().await?;
     crate::class_and_namespaces(&client, &[NS]).await;
     crate::http_gateway(&client, NS).await;
-    let _edge = edge(&cluster, "127.0.0.65", "stock");
+    let listen = Net::allocate().ip_str(1);
+    let _edge = edge(&cluster, &listen, "stock");
     let services = Api::<Service>::namespaced(client.clone(), NS);
-    eventually("gw's Service", || async {
+    eventually_some("gw's Service", Wait::API, || async {
         services.get_opt("gw-aether").await.ok().flatten()
     })
-    .await;
+    .await?;
     // The load balancer's answer, as a cloud controller would write it.
     services
         .patch_status(
@@ -61,14 +62,18 @@ async fn gateway_status_fits_the_installed_crd_stock_then_patched() -> Result<()
 
     // Stock CRD: written, programmed, the address without routability, and the
     // condition says why.
-    let gw = eventually("stock CRD: Programmed=True with the address", || async {
-        let gw = raw(&client).await?;
-        let addresses = gw["status"]["addresses"].as_array()?.clone();
-        (is_true(&gw, "Programmed")
-            && addresses == vec![json!({"type": "IPAddress", "value": "192.0.2.60"})])
-        .then_some(gw)
-    })
-    .await;
+    let gw = eventually_some(
+        "stock CRD: Programmed=True with the address",
+        Wait::API,
+        || async {
+            let gw = raw(&client).await?;
+            let addresses = gw["status"]["addresses"].as_array()?.clone();
+            (is_true(&gw, "Programmed")
+                && addresses == vec![json!({"type": "IPAddress", "value": "192.0.2.60"})])
+            .then_some(gw)
+        },
+    )
+    .await?;
     let message = condition(&gw, "AddressesAssigned").ok_or("no AddressesAssigned")?["message"]
         .as_str()
         .unwrap_or_default()
@@ -88,8 +93,9 @@ async fn gateway_status_fits_the_installed_crd_stock_then_patched() -> Result<()
     // The chart's patch, applied to the running cluster: the edge reads the changed
     // CRD and writes the routability, and the message no longer says it is left out.
     tokio::task::block_in_place(|| cluster.patch_routability())?;
-    eventually(
+    eventually_some(
         "patched CRD: the address with routability External",
+        Wait::API,
         || async {
             let gw = raw(&client).await?;
             let message = condition(&gw, "AddressesAssigned")?["message"]
@@ -102,7 +108,7 @@ async fn gateway_status_fits_the_installed_crd_stock_then_patched() -> Result<()
             .then_some(())
         },
     )
-    .await;
+    .await?;
     let log = std::fs::read_to_string(&log_path)?;
     assert!(
         log.contains("declares status.addresses[].routability"),

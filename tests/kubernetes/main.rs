@@ -14,7 +14,6 @@ mod dedicated;
 mod endpoint_burst;
 mod l4;
 mod listenerset;
-mod ports;
 mod rbac;
 mod replicas;
 mod restart;
@@ -23,11 +22,11 @@ mod routability;
 mod secrets;
 mod shared;
 
-use std::future::Future;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::process::Command;
 
+use aether_test_support::{Net, Proc, Wait, admin_get, eventually_some, free_port};
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
@@ -45,95 +44,86 @@ use cluster::{BoxError, Cluster};
 /// Unusual, so the proxies' internal ports clash with nothing else, and below Linux's
 /// ephemeral range (32768-60999): a port from there can be taken by any outgoing
 /// connection of a test running beside, and a full-suite run did see an edge fail to
-/// bind one. `free_port()` stays below this range (see ports.rs). Tests run at once and
-/// compute the same ports for Gateways of the same name, so each test binds them on a
-/// loopback address of its own (127.0.0.51 and up).
+/// bind one. `free_port()` stays below this range. Tests run at once and compute the
+/// same ports for Gateways of the same name, so each test binds them on a loopback
+/// network of its own (`Net::allocate`).
 const RANGE: &str = "27100-27199";
 
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-use ports::free_port;
-
-fn edge(cluster: &Cluster, listen: &str, label: &str) -> Proc {
-    edge_with(cluster, listen, label, &[])
-}
-
-/// Like `edge`, with extra command-line flags.
-fn edge_with(cluster: &Cluster, listen: &str, label: &str, extra: &[&str]) -> Proc {
-    edge_as(cluster, &cluster.kubeconfig, listen, label, extra)
-}
-
-/// Like `edge_with`, with the admin server on 127.0.0.1:`admin`.
-fn edge_at(cluster: &Cluster, listen: &str, label: &str, admin: u16, extra: &[&str]) -> Proc {
-    edge_full(cluster, &cluster.kubeconfig, listen, label, admin, extra)
-}
-
-/// Like `edge_with`, as the user of `kubeconfig` (e.g. `cluster.user_kubeconfig`).
-fn edge_as(
-    cluster: &Cluster,
-    kubeconfig: &std::path::Path,
-    listen: &str,
-    label: &str,
-    extra: &[&str],
-) -> Proc {
-    edge_full(cluster, kubeconfig, listen, label, free_port(), extra)
-}
-
-fn edge_full(
-    cluster: &Cluster,
-    kubeconfig: &std::path::Path,
-    listen: &str,
-    label: &str,
+/// `aether-edge run --kubernetes` against a test cluster: the one way tests start an
+/// edge. Its log is `edge-<label>.log` in the cluster's directory, printed if the test
+/// panics.
+struct Edge<'a> {
+    cluster: &'a Cluster,
+    kubeconfig: &'a Path,
+    listen: String,
+    label: String,
     admin: u16,
-    extra: &[&str],
-) -> Proc {
-    let log = std::fs::File::create(cluster.dir.path().join(format!("edge-{label}.log"))).unwrap();
-    Proc(
-        Command::new(env!("CARGO_BIN_EXE_aether-edge"))
-            .args([
-                "run",
-                "--kubernetes",
-                "--admin",
-                &format!("127.0.0.1:{admin}"),
-                "--internal-port-range",
-                RANGE,
-                "--listen-address",
-                listen,
-                "--drain-timeout",
-                "1s",
-                "--lease-duration",
-                "2s",
-            ])
-            .args(extra)
-            .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info,aether_controller=debug")
-            .stdout(Stdio::null())
-            .stderr(log.try_clone().unwrap())
-            .spawn()
-            .unwrap(),
-    )
+    extra: Vec<String>,
 }
 
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(40);
-    loop {
-        if let Some(v) = f().await {
-            return v;
+impl<'a> Edge<'a> {
+    /// Internal ports on `listen`, the admin server on a free port of 127.0.0.1, as
+    /// the cluster's admin.
+    fn new(cluster: &'a Cluster, listen: &str, label: &str) -> Self {
+        Edge {
+            cluster,
+            kubeconfig: &cluster.kubeconfig,
+            listen: listen.to_owned(),
+            label: label.to_owned(),
+            admin: free_port(),
+            extra: Vec::new(),
         }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+
+    /// As the user of `kubeconfig` (e.g. `cluster.user_kubeconfig`).
+    fn kubeconfig(mut self, kubeconfig: &'a Path) -> Self {
+        self.kubeconfig = kubeconfig;
+        self
+    }
+
+    /// The admin server on 127.0.0.1:`port`.
+    fn admin(mut self, port: u16) -> Self {
+        self.admin = port;
+        self
+    }
+
+    /// Extra command-line flags.
+    fn args(mut self, extra: &[&str]) -> Self {
+        self.extra.extend(extra.iter().map(|a| (*a).to_owned()));
+        self
+    }
+
+    fn start(self) -> Proc {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_aether-edge"));
+        cmd.args([
+            "run",
+            "--kubernetes",
+            "--admin",
+            &format!("127.0.0.1:{}", self.admin),
+            "--internal-port-range",
+            RANGE,
+            "--listen-address",
+            &self.listen,
+            "--drain-timeout",
+            "1s",
+            "--lease-duration",
+            "2s",
+        ])
+        .args(&self.extra)
+        .env("KUBECONFIG", self.kubeconfig)
+        .env("RUST_LOG", "info,aether_controller=debug");
+        Proc::spawn(
+            cmd,
+            &format!("edge-{}", self.label),
+            self.cluster.dir.path(),
+        )
+        .unwrap()
+    }
+}
+
+/// An edge with the defaults of [`Edge`].
+fn edge(cluster: &Cluster, listen: &str, label: &str) -> Proc {
+    Edge::new(cluster, listen, label).start()
 }
 
 /// Waits until the object `name` no longer exists.
@@ -141,10 +131,11 @@ async fn eventually_gone<K>(api: &Api<K>, name: &str)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
-    eventually(&format!("{name} deleted"), || async {
+    eventually_some(&format!("{name} deleted"), Wait::API, || async {
         api.get_opt(name).await.ok()?.is_none().then_some(())
     })
-    .await;
+    .await
+    .unwrap();
 }
 
 async fn apply<K>(api: &Api<K>, name: &str, body: serde_json::Value)
@@ -295,10 +286,11 @@ async fn gateway_slice(
 /// Listener port -> targetPort of the Gateway's Service, once it exists.
 async fn service_ports(client: &Client, ns: &str, gw: &str) -> (Service, Vec<(i32, i32)>) {
     let api = Api::<Service>::namespaced(client.clone(), ns);
-    let svc = eventually(&format!("Service {ns}/{gw}-aether"), || async {
+    let svc = eventually_some(&format!("Service {ns}/{gw}-aether"), Wait::API, || async {
         api.get_opt(&format!("{gw}-aether")).await.ok().flatten()
     })
-    .await;
+    .await
+    .unwrap();
     let ports = svc
         .spec
         .clone()
@@ -323,19 +315,6 @@ fn programmed(gw: &Gateway) -> Option<(String, String)> {
         .map(|c| (c.status.clone(), c.reason.clone()))
 }
 
-/// The body of `GET path` from the edge's admin server, if it answers.
-async fn admin_get(admin: SocketAddr, path: &str) -> Option<String> {
-    let mut s = tokio::net::TcpStream::connect(admin).await.ok()?;
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.ok()?;
-    Some(out.split_once("\r\n\r\n")?.1.to_owned())
-}
-
 async fn get(addr: SocketAddr, host: &str) -> Result<String, BoxError> {
     let mut s = tokio::net::TcpStream::connect(addr).await?;
     s.write_all(
@@ -355,7 +334,8 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
     let client = cluster.client().await?;
     setup(&client).await;
     edge_pods(&client, &[("edge-0", "10.1.0.10", true)]).await;
-    let edge_a = edge(&cluster, "127.0.0.51", "a");
+    let listen = Net::allocate().ip(1);
+    let edge_a = edge(&cluster, &listen.to_string(), "a");
 
     // Two Gateways, two Services with distinct internal ports in range, owned by them.
     let gateways = Api::<Gateway>::namespaced(client.clone(), "one");
@@ -399,10 +379,10 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
             other => panic!("targetPort {other:?}"),
         })
         .collect();
-    let (eps, mut slice_ports) = eventually("a's EndpointSlice", || async {
+    let (eps, mut slice_ports) = eventually_some("a's EndpointSlice", Wait::API, || async {
         gateway_slice(&client, "one", "a").await
     })
-    .await;
+    .await?;
     slice_ports.sort();
     assert_eq!(eps, vec![("10.1.0.10".to_owned(), true)]);
     assert_eq!(slice_ports, named);
@@ -416,15 +396,19 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
         ],
     )
     .await;
-    eventually("the new edge pod in b's EndpointSlice", || async {
-        let (eps, _) = gateway_slice(&client, "two", "b").await?;
-        (eps == vec![
-            ("10.1.0.10".to_owned(), false),
-            ("10.1.0.11".to_owned(), true),
-        ])
-        .then_some(())
-    })
-    .await;
+    eventually_some(
+        "the new edge pod in b's EndpointSlice",
+        Wait::API,
+        || async {
+            let (eps, _) = gateway_slice(&client, "two", "b").await?;
+            (eps == vec![
+                ("10.1.0.10".to_owned(), false),
+                ("10.1.0.11".to_owned(), true),
+            ])
+            .then_some(())
+        },
+    )
+    .await?;
     assert_eq!(
         svc_a
             .metadata
@@ -448,7 +432,7 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
                  "rules": [{"matches": [{"method": {"service": "pkg.Svc", "method": "Get"}}]}]}}),
     )
     .await;
-    eventually("the GRPCRoute's status", || async {
+    eventually_some("the GRPCRoute's status", Wait::API, || async {
         let r = grpc_api.get("grpc").await.ok()?;
         let parent = r.status?.parents.into_iter().next()?;
         (parent.parent_ref.section_name.as_deref() == Some("alt")
@@ -458,14 +442,14 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
                 .any(|c| c.type_ == "Accepted" && c.status == "True"))
         .then_some(())
     })
-    .await;
+    .await?;
 
     // No load-balancer address yet: Programmed=False AddressNotAssigned.
-    eventually("Programmed=False AddressNotAssigned", || async {
+    eventually_some("Programmed=False AddressNotAssigned", Wait::API, || async {
         let gw = gateways.get("a").await.ok()?;
         (programmed(&gw)? == ("False".into(), "AddressNotAssigned".into())).then_some(())
     })
-    .await;
+    .await?;
 
     // Play MetalLB: the address shows up in status.addresses, and the Gateway is programmed.
     Api::<Service>::namespaced(client.clone(), "one")
@@ -475,28 +459,25 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
             &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}}})),
         )
         .await?;
-    eventually("status.addresses from the Service", || async {
+    eventually_some("status.addresses from the Service", Wait::API, || async {
         let gw = gateways.get("a").await.ok()?;
         let addrs = gw.status.as_ref()?.addresses.clone()?;
         (addrs.first()?.value == "192.0.2.10"
             && programmed(&gw)? == ("True".into(), "Programmed".into()))
             .then_some(())
     })
-    .await;
+    .await?;
 
     // Traffic on a's internal port for listener 80 is served by a's route; other hosts
     // are not.
     let internal: u16 = u16::try_from(ports_a[0].1)?;
-    let answer = eventually("traffic through the internal port", || async {
-        get(
-            SocketAddr::from(([127, 0, 0, 51], internal)),
-            "echo.example.com",
-        )
-        .await
-        .ok()
-        .filter(|r| r.starts_with("HTTP/1.1 302"))
+    let answer = eventually_some("traffic through the internal port", Wait::API, || async {
+        get(SocketAddr::from((listen, internal)), "echo.example.com")
+            .await
+            .ok()
+            .filter(|r| r.starts_with("HTTP/1.1 302"))
     })
-    .await;
+    .await?;
     // A redirect that keeps the port names the Gateway listener's port (80: left out),
     // not the internal port the connection landed on.
     let location = answer
@@ -510,11 +491,7 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
         "location: http://moved.example.com/hello",
         "{answer}"
     );
-    let other = get(
-        SocketAddr::from(([127, 0, 0, 51], internal)),
-        "other.example.com",
-    )
-    .await?;
+    let other = get(SocketAddr::from((listen, internal)), "other.example.com").await?;
     assert!(other.starts_with("HTTP/1.1 404"), "{other}");
 
     // Restart with the Services gone: the same ports again, from identities alone.
@@ -524,7 +501,7 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
             .delete(name, &DeleteParams::default())
             .await?;
     }
-    let edge_a = edge(&cluster, "127.0.0.51", "a2");
+    let edge_a = edge(&cluster, &listen.to_string(), "a2");
     assert_eq!(service_ports(&client, "one", "a").await.1, ports_a);
     assert_eq!(service_ports(&client, "two", "b").await.1, ports_b);
 

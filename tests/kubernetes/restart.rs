@@ -11,7 +11,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{apply, edge, eventually};
+use crate::{Net, Wait, apply, edge, eventually_some};
 
 async fn gateway(client: &Client, listeners: serde_json::Value) {
     apply(
@@ -53,7 +53,8 @@ async fn an_apiserver_restart_resumes_watches_without_duplicate_writes() -> Resu
         json!([{"name": "http", "port": 80, "protocol": "HTTP"}]),
     )
     .await;
-    let mut edge_proc = edge(&cluster, "127.0.0.57", "restart");
+    let listen = Net::allocate().ip_str(1);
+    let mut edge_proc = edge(&cluster, &listen, "restart");
     let services = Api::<Service>::namespaced(client.clone(), "r");
     let ports = |svc: &Service| -> Vec<i32> {
         svc.spec
@@ -62,18 +63,18 @@ async fn an_apiserver_restart_resumes_watches_without_duplicate_writes() -> Resu
             .map(|p| p.port)
             .collect()
     };
-    eventually("the Gateway Service", || async {
+    eventually_some("the Gateway Service", Wait::API, || async {
         let svc = services.get_opt("g-aether").await.ok()??;
         (ports(&svc) == vec![80]).then_some(())
     })
-    .await;
+    .await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // Down for a few seconds, then back: the edge survives and writes nothing new.
     cluster.restart_apiserver(Duration::from_secs(3)).await?;
     let client = cluster.client().await?;
     assert!(
-        edge_proc.0.try_wait()?.is_none(),
+        edge_proc.try_exit()?.is_none(),
         "the edge exited while the API server was down"
     );
     let after = writes(&client, Duration::from_secs(4)).await;
@@ -90,10 +91,14 @@ async fn an_apiserver_restart_resumes_watches_without_duplicate_writes() -> Resu
     )
     .await;
     let services = Api::<Service>::namespaced(client.clone(), "r");
-    eventually("the new listener port on the Service", || async {
-        let svc = services.get_opt("g-aether").await.ok()??;
-        (ports(&svc) == vec![80, 8080]).then_some(())
-    })
-    .await;
+    eventually_some(
+        "the new listener port on the Service",
+        Wait::API,
+        || async {
+            let svc = services.get_opt("g-aether").await.ok()??;
+            (ports(&svc) == vec![80, 8080]).then_some(())
+        },
+    )
+    .await?;
     Ok(())
 }

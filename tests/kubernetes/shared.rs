@@ -13,7 +13,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{apply, class_and_namespaces, edge_with, eventually, get};
+use crate::{Edge, Net, Wait, apply, class_and_namespaces, eventually_some, get};
 
 /// Unusual, so binding it clashes with nothing else.
 const PORT: u16 = 47281;
@@ -105,52 +105,54 @@ async fn shared_addressing_reports_the_edge_address_and_demuxes_by_hostname() ->
     .await;
     redirect_route(&client, "one", "a", "moved-a.example.com").await;
     redirect_route(&client, "two", "b", "moved-b.example.com").await;
-    let _edge = edge_with(
-        &cluster,
-        "127.0.0.60",
-        "shared",
-        &["--per-gateway-addressing=false"],
-    );
+    let listen = Net::allocate().ip(1);
+    let _edge = Edge::new(&cluster, &listen.to_string(), "shared")
+        .args(&["--per-gateway-addressing=false"])
+        .start();
 
     for (ns, name) in [("one", "a"), ("two", "b")] {
         let api = Api::<Gateway>::namespaced(client.clone(), ns);
-        eventually(&format!("{ns}/{name} reports the edge address"), || async {
-            let gw = api.get(name).await.ok()?;
-            let addrs = gw.status.as_ref()?.addresses.clone()?;
-            let programmed = gw
-                .status
-                .as_ref()?
-                .conditions
-                .as_ref()?
-                .iter()
-                .any(|c| c.type_ == "Programmed" && c.status == "True");
-            (addrs.len() == 1 && addrs[0].value == "192.0.2.50" && programmed).then_some(())
-        })
-        .await;
+        eventually_some(
+            &format!("{ns}/{name} reports the edge address"),
+            Wait::API,
+            || async {
+                let gw = api.get(name).await.ok()?;
+                let addrs = gw.status.as_ref()?.addresses.clone()?;
+                let programmed = gw
+                    .status
+                    .as_ref()?
+                    .conditions
+                    .as_ref()?
+                    .iter()
+                    .any(|c| c.type_ == "Programmed" && c.status == "True");
+                (addrs.len() == 1 && addrs[0].value == "192.0.2.50" && programmed).then_some(())
+            },
+        )
+        .await?;
     }
     let b = Api::<Gateway>::namespaced(client.clone(), "two");
-    eventually("b's dup listener is Conflicted", || async {
+    eventually_some("b's dup listener is Conflicted", Wait::API, || async {
         let gw = b.get("b").await.ok()?;
         (listener_condition(&gw, "dup", "Conflicted")?
             == ("True".to_owned(), "HostnameConflict".to_owned())
             && listener_condition(&gw, "web", "Programmed")?.0 == "True")
             .then_some(())
     })
-    .await;
+    .await?;
 
     // One socket, both Gateways' routes, by hostname.
-    let addr = SocketAddr::from(([127, 0, 0, 60], PORT));
+    let addr = SocketAddr::from((listen, PORT));
     for (host, to) in [
         ("a.example.com", "moved-a.example.com"),
         ("b.example.com", "moved-b.example.com"),
     ] {
-        let answer = eventually(&format!("{host} is served"), || async {
+        let answer = eventually_some(&format!("{host} is served"), Wait::API, || async {
             get(addr, host)
                 .await
                 .ok()
                 .filter(|r| r.starts_with("HTTP/1.1 302"))
         })
-        .await;
+        .await?;
         assert!(
             answer
                 .to_ascii_lowercase()

@@ -135,7 +135,7 @@ fn ancestor(status: &Value, policy: &str) -> Result<Value, BoxError> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn backend_tls_policy_originates_verified_tls_and_follows_ca_rotation() -> TestResult {
-    let env = TestEnv::new(65)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let ca = TestCa::new("backend-ca")?;
     let other = TestCa::new("other-ca")?;
@@ -263,7 +263,7 @@ async fn backend_tls_policy_originates_verified_tls_and_follows_ca_rotation() ->
 /// as the policy says, with no ALPN (the stream is opaque to the edge).
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_route_terminate_backend_is_reached_over_policy_tls() -> TestResult {
-    let env = TestEnv::new(67)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let edge_ca = TestCa::new("edge-ca")?;
     let backend_ca = TestCa::new("backend-ca")?;

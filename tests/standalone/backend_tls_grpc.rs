@@ -115,7 +115,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn grpc_route_backend_is_reached_over_policy_tls_with_h2() -> TestResult {
-    let env = TestEnv::new(66)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
     let ca = TestCa::new("grpc-ca")?;

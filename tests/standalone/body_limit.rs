@@ -29,7 +29,7 @@ async fn post(net: Net, path: &str, len: usize) -> Result<String, BoxError> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bodies_over_the_limit_get_413_and_never_reach_the_backend() -> TestResult {
-    let env = TestEnv::new(81)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     env.write_manifest("m.yaml", &single_route(net, &[]))?;
     let _echo = env.spawn_echo(net.echo_a(), "a").await?;

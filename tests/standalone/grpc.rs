@@ -76,7 +76,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn grpc_calls_are_routed_by_method_with_status_and_trailers_intact() -> TestResult {
-    let env = TestEnv::new(27)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
     let backend_addr = net.addr(30, 50051);

@@ -94,7 +94,7 @@ async fn greeting(net: Net, addr: SocketAddr) -> Result<String, BoxError> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn port_pools_assign_stable_ports_per_route_and_survive_a_restart() -> TestResult {
-    let env = TestEnv::new(63)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let mut backends = Vec::new();
     for (i, name) in ["one", "two", "three"].iter().enumerate() {

@@ -55,7 +55,7 @@ fn metric(text: &str, name: &str, label: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn udp_route_round_trips_per_flow_expires_idle_flows_and_bounds_one_source() -> TestResult {
-    let env = TestEnv::new(61)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let _backend = udp_backend(net.addr(251, 7100), "a").await?;
     env.write_manifest("l4.yaml", &manifests(net))?;

@@ -69,7 +69,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn listenerset_https_listener_serves_its_namespace_and_follows_admission() -> TestResult {
-    let env = TestEnv::new(75)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let tls_addr = net.addr(5, TLS_PORT);
     let ca = TestCa::new("aether listenerset CA")?;

@@ -8,7 +8,7 @@ use crate::common::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn mesh_endpoint_killed_under_load_costs_under_a_thousandth_of_requests() -> TestResult {
-    let env = TestEnv::new(47)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let ca = SpiffeCa::new()?;
     let (a, b) = (IpAddr::V4(net.ip(11)), IpAddr::V4(net.ip(12)));

@@ -136,7 +136,7 @@ pub fn missing_help_or_type(text: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_metric_has_help_and_type() -> TestResult {
-    let env = TestEnv::new(36)?;
+    let env = TestEnv::new()?;
     let text = scrape_after_traffic(&env).await?;
     let problems = missing_help_or_type(&text);
     ensure!(
@@ -227,7 +227,7 @@ async fn promtool_check_metrics_passes() -> TestResult {
     let Some(promtool) = promtool()? else {
         return Ok(());
     };
-    let env = TestEnv::new(37)?;
+    let env = TestEnv::new()?;
     let text = scrape_after_traffic(&env).await?;
     let (ok, said) = promtool_check(&promtool, &text)?;
     ensure!(
@@ -294,7 +294,7 @@ fn connection_listeners(text: &str) -> Vec<String> {
 /// accepted after it; the socket (and its earlier series) stays.
 #[tokio::test(flavor = "multi_thread")]
 async fn listener_labels_follow_a_reload() -> TestResult {
-    let env = TestEnv::new(38)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
     env.write_manifest("infra.yaml", &edge_gateway(net, &[("http", None)]))?;

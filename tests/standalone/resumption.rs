@@ -87,7 +87,7 @@ async fn get(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sessions_resume_on_any_worker_but_not_past_a_new_client_certificate_rule() -> TestResult {
-    let env = TestEnv::new(39)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let server_ca = TestCa::new("server-ca")?;
     let server = server_ca.leaf(&[HOST])?;

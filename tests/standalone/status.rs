@@ -174,7 +174,7 @@ fn check_parent_refs(st: &Value) -> TestResult {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn status_reports_gateway_api_conditions() -> TestResult {
-    let env = TestEnv::new(7)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let mut infra = gateway_class("aether", CONTROLLER);
     infra.push_str(&gateway(
@@ -289,7 +289,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn status_reports_route_rejection_reasons() -> TestResult {
-    let env = TestEnv::new(8)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let mut infra = gateway_class("aether", CONTROLLER);
     infra.push_str(&namespace("other"));

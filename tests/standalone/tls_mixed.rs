@@ -59,7 +59,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_mixed_port_terminates_or_passes_through_by_sni() -> TestResult {
-    let env = TestEnv::new(33)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let edge_ca = TestCa::new("edge CA")?;
     let edge_leaf = edge_ca.leaf(&["tls.example.com"])?;

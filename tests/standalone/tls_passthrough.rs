@@ -95,7 +95,7 @@ async fn through(
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_passthrough_routes_by_sni_and_the_client_sees_the_backends_certificate() -> TestResult
 {
-    let env = TestEnv::new(62)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let ca = TestCa::new("passthrough backends CA")?;
     let exact = ca.leaf(&["exact.example.com"])?;

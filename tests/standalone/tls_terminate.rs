@@ -40,7 +40,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_terminate_forwards_the_decrypted_stream_by_sni() -> TestResult {
-    let env = TestEnv::new(31)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let ca = TestCa::new("edge-ca")?;
     let leaf = ca.leaf(&["*.example.com"])?;

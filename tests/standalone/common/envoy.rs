@@ -75,33 +75,15 @@ impl TestEnv {
         let config = envoy_config(ip, &cert, &key, &bundle, allowed);
         let config_path = dir.join("envoy.yaml");
         std::fs::write(&config_path, config)?;
-        let log_path = self.dir.path().join(format!("envoy-{ip}.log"));
-        let stdout_path = self.dir.path().join(format!("envoy-{ip}.stdout.log"));
-        let log = std::fs::File::create(&log_path)?;
-        let args = vec![
-            "-c".to_owned(),
-            config_path.display().to_string(),
-            "--concurrency".to_owned(),
-            "1".to_owned(),
-            "--disable-hot-restart".to_owned(),
-            "-l".to_owned(),
-            "warning".to_owned(),
-        ];
-        let child = Command::new(envoy_binary()?)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&stdout_path)?)
-            .stderr(log)
-            .spawn()?;
-        let mut proc = Proc {
-            child,
-            label: format!("envoy-{ip}"),
-            args,
-            log_path,
-            stdout_path,
-            passed: Arc::clone(&self.passed),
-            reaped: None,
-        };
+        let mut cmd = Command::new(envoy_binary()?);
+        cmd.arg("-c").arg(&config_path).args([
+            "--concurrency",
+            "1",
+            "--disable-hot-restart",
+            "-l",
+            "warning",
+        ]);
+        let mut proc = self.spawn_cmd(cmd, &format!("envoy-{ip}"))?;
         let admin = SocketAddr::new(ip, 15000);
         let client = self.net.client_ip();
         eventually(

@@ -254,13 +254,3 @@ pub fn file_flags(paths: &[PathBuf; 3]) -> Vec<String> {
         paths[2].display().to_string(),
     ]
 }
-
-/// A metric's value from the edge's `/metrics` (0 when absent).
-pub async fn metric(net: Net, name: &str) -> Result<f64, BoxError> {
-    let text = metrics_text(net).await?;
-    Ok(text
-        .lines()
-        .filter(|l| l.split(['{', ' ']).next() == Some(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum())
-}

@@ -1,6 +1,7 @@
 //! HTTP/1.1 and h2c clients over hyper's connection API.
 
 use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, StatusCode};
@@ -10,7 +11,10 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::Value;
 use tokio::net::{TcpSocket, TcpStream};
 
-use super::*;
+use crate::{BoxError, ensure, err};
+
+/// How long one request (connect, send, read the body) may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A response read to the end.
 #[derive(Debug)]
