@@ -1,6 +1,8 @@
 //! Kubernetes mode against a real kube-apiserver (see cluster.rs): Services, internal
 //! ports, addresses, traffic, deletion, restarts and two instances at once.
 
+// clippy.toml's allow-unwrap-in-tests covers #[test] functions only; this crate's
+// helpers (outside them) may unwrap too: a panic is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod backend_tls;

@@ -2,6 +2,8 @@
 //! echo backends) on a loopback network of its own (127.77.k.0/24, `Net::allocate`) and talks real HTTP/1.1 and
 //! h2c to it.
 
+// clippy.toml's allow-unwrap-in-tests covers #[test] functions only; this crate's
+// helpers (outside them) may unwrap too: a panic is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[macro_use]
