@@ -4,14 +4,13 @@
 //! the chart's patch is applied to the running cluster, the edge sees the CRD change
 //! and writes the routability, no restart.
 
-use gateway_api::gateways::Gateway;
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{Net, Wait, edge, eventually_some};
+use crate::{Net, Wait, edge, eventually_some, raw_gateway};
 
 const NS: &str = "stock";
 const LEFT_OUT: &str = "routability is not reported";
@@ -19,16 +18,11 @@ const WARNING: &str = "does not declare status.addresses[].routability";
 
 /// The Gateway as the server holds it, untyped, so a `routability` would be visible.
 async fn raw(client: &Client) -> Option<Value> {
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), NS, &ApiResource::erase::<Gateway>(&()));
-    api.get("gw").await.ok().map(|o| o.data)
+    raw_gateway(client, NS, "gw").await
 }
 
 fn condition<'a>(gw: &'a Value, ctype: &str) -> Option<&'a Value> {
-    gw["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == ctype)
+    aether_test_support::condition(&gw["status"]["conditions"], ctype).ok()
 }
 
 fn is_true(gw: &Value, ctype: &str) -> bool {

@@ -15,55 +15,41 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
+use aether_test_support::manifest::Manifest;
+
 use crate::cluster::{BoxError, Cluster};
 use crate::{
     Edge, Net, Proc, RANGE, Wait, apply, class_and_namespaces, edge_pods, eventually_gone,
-    eventually_some, free_port, gateway_slice, get, service_ports,
+    eventually_some, free_port, gateway_condition, gateway_slice, get, m, put, service_ports,
 };
 
+/// Gateway `ns/name` with `annotations` (all of them: applying it again without one
+/// removes it), and a route redirecting to `<name>.example.com`.
 async fn gateway(client: &Client, ns: &str, name: &str, annotations: Value) {
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), ns),
-        name,
-        json!({
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-        "metadata": {"name": name, "namespace": ns, "annotations": annotations},
-        "spec": {"gatewayClassName": "aether",
-                 "infrastructure": {"labels": {"team": "blue"}},
-                 "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
-    )
-    .await;
-    apply(
-        &Api::<HttpRoute>::namespaced(client.clone(), ns),
-        name,
-        json!({
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"parentRefs": [{"name": name}],
-                 "rules": [{"filters": [{"type": "RequestRedirect",
-                     "requestRedirect": {"hostname": format!("{name}.example.com"), "statusCode": 302}}]}]}}),
-    )
-    .await;
+    let gw = m::Gateway::test(name)
+        .namespace(ns)
+        .infrastructure(json!({"labels": {"team": "blue"}}))
+        .http("http", 80);
+    let mut gw = gw.json();
+    gw["metadata"]["annotations"] = annotations;
+    put::<Gateway>(client, &gw).await;
+    let route = m::HttpRoute::test(name)
+        .namespace(ns)
+        .parent(name)
+        .redirect(&format!("{name}.example.com"), 302);
+    put::<HttpRoute>(client, &route).await;
 }
 
 /// Which Gateway answered on `addr`: the redirect target, or None if nothing listens.
 async fn served_by(addr: SocketAddr) -> Option<String> {
     let answer = get(addr, "any.example.com").await.ok()?;
-    answer
-        .to_ascii_lowercase()
-        .lines()
-        .find_map(|l| l.strip_prefix("location: http://").map(str::to_owned))
-        .and_then(|l| l.split('.').next().map(str::to_owned))
+    let location = answer.header("location")?.strip_prefix("http://")?;
+    location.split('.').next().map(str::to_owned)
 }
 
 fn dedicated_condition(gw: &Gateway) -> Option<(String, String)> {
-    gw.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "aether.io/Dedicated")
-        .map(|c| (c.status.clone(), c.reason.clone()))
+    let (status, reason, _) = gateway_condition(gw, "aether.io/Dedicated")?;
+    Some((status, reason))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,11 +24,14 @@ mod routability;
 mod secrets;
 mod shared;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::process::Command;
 
-use aether_test_support::{Net, Proc, Wait, admin_get, eventually_some, free_port};
+use aether_test_support::manifest::{self as m, Manifest};
+use aether_test_support::{
+    Net, Proc, Resp, Wait, admin_get, eventually_some, free_port, h1_get_from,
+};
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
 use gateway_api::grpcroutes::GrpcRoute;
@@ -39,7 +42,6 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use cluster::{BoxError, Cluster};
 
@@ -153,15 +155,31 @@ where
     .unwrap_or_else(|e| panic!("apply {name}: {e}"));
 }
 
+/// Applies a namespaced object built with `aether_test_support::manifest` (its
+/// namespace and name are its own) as a `K`.
+async fn put<K>(client: &Client, object: &impl Manifest)
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let body = object.json();
+    let ns = body["metadata"]["namespace"].as_str().unwrap_or("default");
+    let name = body["metadata"]["name"].as_str().unwrap_or_default();
+    apply(
+        &Api::<K>::namespaced(client.clone(), ns),
+        name,
+        body.clone(),
+    )
+    .await;
+}
+
 /// Gateway `gw` in `ns` of class `aether`, with one HTTP listener on port 80.
 async fn http_gateway(client: &Client, ns: &str) {
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), ns),
-        "gw",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "gw", "namespace": ns},
-               "spec": {"gatewayClassName": "aether",
-                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+    put::<Gateway>(
+        client,
+        &m::Gateway::test("gw").namespace(ns).http("http", 80),
     )
     .await;
 }
@@ -170,18 +188,12 @@ async fn http_gateway(client: &Client, ns: &str) {
 /// (the edge's: it holds the writer Lease).
 async fn class_and_namespaces(client: &Client, namespaces: &[&str]) {
     for ns in namespaces.iter().chain(&["aether-system"]) {
-        apply(
-            &Api::<Namespace>::all(client.clone()),
-            ns,
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-        )
-        .await;
+        apply(&Api::<Namespace>::all(client.clone()), ns, m::namespace(ns)).await;
     }
     apply(
         &Api::<GatewayClass>::all(client.clone()),
-        "aether",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
-               "metadata": {"name": "aether"}, "spec": {"controllerName": "aether.io/edge"}}),
+        m::CLASS,
+        m::gateway_class(m::CLASS, m::CONTROLLER),
     )
     .await;
 }
@@ -190,47 +202,21 @@ async fn class_and_namespaces(client: &Client, namespaces: &[&str]) {
 /// that redirects. (A real API server refuses loopback EndpointSlice addresses, and
 /// tests stay on loopback, so the route answers at the edge instead of proxying.)
 async fn setup(client: &Client) {
-    for ns in ["one", "two", "aether-system"] {
-        apply(
-            &Api::<Namespace>::all(client.clone()),
-            ns,
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
-        )
-        .await;
-    }
-    apply(
-        &Api::<GatewayClass>::all(client.clone()),
-        "aether",
-        json!({
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
-        "metadata": {"name": "aether"}, "spec": {"controllerName": "aether.io/edge"}}),
-    )
-    .await;
+    class_and_namespaces(client, &["one", "two"]).await;
     for (ns, name) in [("one", "a"), ("two", "b")] {
-        apply(
-            &Api::<Gateway>::namespaced(client.clone(), ns),
-            name,
-            json!({
-            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"gatewayClassName": "aether",
-                     "infrastructure": {"annotations": {"lb.example.com/pool": "blue"}},
-                     "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"},
-                                   {"name": "alt", "port": 8080, "protocol": "HTTP"}]}}),
-        )
-        .await;
+        let gw = m::Gateway::test(name)
+            .namespace(ns)
+            .infrastructure(json!({"annotations": {"lb.example.com/pool": "blue"}}))
+            .http("http", 80)
+            .http("alt", 8080);
+        put::<Gateway>(client, &gw).await;
     }
-    apply(
-        &Api::<HttpRoute>::namespaced(client.clone(), "one"),
-        "echo",
-        json!({
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-        "metadata": {"name": "echo", "namespace": "one"},
-        "spec": {"parentRefs": [{"name": "a"}], "hostnames": ["echo.example.com"],
-                 "rules": [{"filters": [{"type": "RequestRedirect",
-                     "requestRedirect": {"hostname": "moved.example.com", "statusCode": 302}}]}]}}),
-    )
-    .await;
+    let route = m::HttpRoute::test("echo")
+        .namespace("one")
+        .parent("a")
+        .hostname("echo.example.com")
+        .redirect("moved.example.com", 302);
+    put::<HttpRoute>(client, &route).await;
 }
 
 /// The edge's own Service's EndpointSlice, as the cluster's EndpointSlice controller
@@ -307,25 +293,56 @@ async fn service_ports(client: &Client, ns: &str, gw: &str) -> (Service, Vec<(i3
     (svc, ports)
 }
 
-fn programmed(gw: &Gateway) -> Option<(String, String)> {
+/// (status, reason, message) of the Gateway's condition `ctype`, once it has one.
+fn gateway_condition(gw: &Gateway, ctype: &str) -> Option<(String, String, String)> {
     gw.status
         .as_ref()?
         .conditions
         .as_ref()?
         .iter()
-        .find(|c| c.type_ == "Programmed")
-        .map(|c| (c.status.clone(), c.reason.clone()))
+        .find(|c| c.type_ == ctype)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
-async fn get(addr: SocketAddr, host: &str) -> Result<String, BoxError> {
-    let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(
-        format!("GET /hello HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await?;
-    Ok(out)
+/// (status, reason) of the Gateway's Programmed condition.
+fn programmed(gw: &Gateway) -> Option<(String, String)> {
+    let (status, reason, _) = gateway_condition(gw, "Programmed")?;
+    Some((status, reason))
+}
+
+/// (status, reason, message) of condition `ctype` of the Gateway's listener `listener`.
+fn listener_condition(
+    gw: &Gateway,
+    listener: &str,
+    ctype: &str,
+) -> Option<(String, String, String)> {
+    let l = gw
+        .status
+        .as_ref()?
+        .listeners
+        .as_ref()?
+        .iter()
+        .find(|l| l.name == listener)?;
+    l.conditions
+        .iter()
+        .find(|c| c.type_ == ctype)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Gateway `ns/name` as the API server has it, fields the typed `Gateway` does not
+/// know (status.addresses[].routability) included.
+async fn raw_gateway(client: &Client, ns: &str, name: &str) -> Option<serde_json::Value> {
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kube::api::ApiResource::erase::<Gateway>(&()),
+    );
+    api.get(name).await.ok().map(|o| o.data)
+}
+
+/// `GET /hello` with `Host: host` from the edge at `addr`, on a fresh connection.
+async fn get(addr: SocketAddr, host: &str) -> Result<Resp, BoxError> {
+    h1_get_from(IpAddr::V4(Ipv4Addr::LOCALHOST), addr, host, "/hello").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -477,24 +494,18 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
         get(SocketAddr::from((listen, internal)), "echo.example.com")
             .await
             .ok()
-            .filter(|r| r.starts_with("HTTP/1.1 302"))
+            .filter(|r| r.status == 302)
     })
     .await?;
     // A redirect that keeps the port names the Gateway listener's port (80: left out),
     // not the internal port the connection landed on.
-    let location = answer
-        .to_ascii_lowercase()
-        .lines()
-        .find(|l| l.starts_with("location:"))
-        .map(str::to_owned)
-        .unwrap_or_default();
     assert_eq!(
-        location.trim(),
-        "location: http://moved.example.com/hello",
-        "{answer}"
+        answer.header("location"),
+        Some("http://moved.example.com/hello"),
+        "{answer:?}"
     );
     let other = get(SocketAddr::from((listen, internal)), "other.example.com").await?;
-    assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+    assert_eq!(other.status, 404, "{other:?}");
 
     // Restart with the Services gone: the same ports again, from identities alone.
     drop(edge_a);

@@ -16,7 +16,9 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::cluster::{BoxError, Cluster, USER};
-use crate::{Edge, Net, Wait, apply, class_and_namespaces, eventually_some};
+use crate::{
+    Edge, Net, Wait, apply, class_and_namespaces, eventually_some, gateway_condition, m, put,
+};
 
 /// A refused object's retry schedule (controller/src/kube/retry_schedule.rs): 400 ms
 /// after the first failure, doubled after each further one, at most 30 s.
@@ -145,24 +147,10 @@ fn forbidden(cluster: &Cluster, resource: &str) -> usize {
         .count()
 }
 
-fn programmed(gw: &Gateway) -> Option<(String, String, String)> {
-    gw.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Programmed")
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
 async fn gateway(client: &Client, ns: &str, name: &str) {
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), ns),
-        name,
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": name, "namespace": ns},
-               "spec": {"gatewayClassName": "aether",
-                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+    put::<Gateway>(
+        client,
+        &m::Gateway::test(name).namespace(ns).http("http", 80),
     )
     .await;
 }
@@ -210,7 +198,8 @@ async fn a_forbidden_service_write_is_a_condition_a_log_line_and_no_hot_loop()
         "locked/gw Programmed=False naming the forbidden Service",
         Wait::API,
         || async {
-            let (status, reason, message) = programmed(&locked.get("gw").await.ok()?)?;
+            let (status, reason, message) =
+                gateway_condition(&locked.get("gw").await.ok()?, "Programmed")?;
             (status == "False"
                 && reason == "AddressNotAssigned"
                 && message.contains("Service locked/gw-aether cannot be written: forbidden"))
@@ -220,7 +209,7 @@ async fn a_forbidden_service_write_is_a_condition_a_log_line_and_no_hot_loop()
     .await?;
     assert!(message.contains(&format!("User \"{USER}\"")), "{message}");
     let open = Api::<Gateway>::namespaced(client.clone(), "open");
-    let open_message = programmed(&open.get("gw").await?).map(|p| p.2);
+    let open_message = gateway_condition(&open.get("gw").await?, "Programmed").map(|p| p.2);
     assert!(
         !open_message
             .clone()
@@ -307,7 +296,7 @@ async fn a_forbidden_service_write_is_a_condition_a_log_line_and_no_hot_loop()
         )
         .await?;
     eventually_some("locked/gw Programmed=True", Wait::API, || async {
-        let (status, reason, _) = programmed(&locked.get("gw").await.ok()?)?;
+        let (status, reason, _) = gateway_condition(&locked.get("gw").await.ok()?, "Programmed")?;
         (status == "True" && reason == "Programmed").then_some(())
     })
     .await?;

@@ -11,17 +11,13 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{Net, Wait, apply, edge, eventually_some};
+use crate::{Net, Wait, edge, eventually_some, m, put};
 
 async fn gateway(client: &Client, listeners: serde_json::Value) {
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), "r"),
-        "g",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "g", "namespace": "r"},
-               "spec": {"gatewayClassName": "aether", "listeners": listeners}}),
-    )
-    .await;
+    let gw = m::Gateway::test("g")
+        .namespace("r")
+        .spec("listeners", listeners);
+    put::<Gateway>(client, &gw).await;
 }
 
 /// Distinct resourceVersions of the Gateway and its Service seen over `window`, less

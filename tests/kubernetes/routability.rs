@@ -4,34 +4,24 @@
 
 use gateway_api::gateways::Gateway;
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{Net, Wait, apply, edge, eventually_some};
+use crate::{Net, Wait, edge, eventually_some, m, put, raw_gateway};
 
 async fn gateway(client: &Client, name: &str, addresses: Value) {
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), "scopes"),
-        name,
-        json!({
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-        "metadata": {"name": name, "namespace": "scopes"},
-        "spec": {"gatewayClassName": "aether", "addresses": addresses,
-                 "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
-    )
-    .await;
+    let gw = m::Gateway::test(name)
+        .namespace("scopes")
+        .spec("addresses", addresses)
+        .http("http", 80);
+    put::<Gateway>(client, &gw).await;
 }
 
 /// The Gateway as the server holds it, untyped, so `routability` is visible.
 async fn raw(client: &Client, name: &str) -> Option<Value> {
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        "scopes",
-        &ApiResource::erase::<Gateway>(&()),
-    );
-    api.get(name).await.ok().map(|o| o.data)
+    raw_gateway(client, "scopes", name).await
 }
 
 /// (value, routability) of each status address, and (status, reason) of a condition.
@@ -50,16 +40,11 @@ fn addresses(gw: &Value) -> Vec<(String, String)> {
 }
 
 fn condition(gw: &Value, ctype: &str) -> Option<(String, String)> {
-    gw["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == ctype)
-        .map(|c| {
-            (
-                c["status"].as_str().unwrap_or("").to_owned(),
-                c["reason"].as_str().unwrap_or("").to_owned(),
-            )
-        })
+    let c = aether_test_support::condition(&gw["status"]["conditions"], ctype).ok()?;
+    Some((
+        c["status"].as_str().unwrap_or("").to_owned(),
+        c["reason"].as_str().unwrap_or("").to_owned(),
+    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

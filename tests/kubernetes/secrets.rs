@@ -16,7 +16,10 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{Net, Wait, apply, class_and_namespaces, edge, eventually_some, service_ports};
+use crate::{
+    Net, Wait, apply, class_and_namespaces, edge, eventually_some, listener_condition,
+    service_ports,
+};
 
 const NS: &str = "certs";
 const HOST: &str = "secure.example.com";
@@ -38,15 +41,7 @@ async fn tls_secret(client: &Client, name: &str, crt: &str, key: &str) {
 
 /// (status, reason, message) of ResolvedRefs on listener `name`.
 fn resolved_refs(gw: &Gateway, name: &str) -> Option<(String, String, String)> {
-    let l = gw
-        .status
-        .as_ref()?
-        .listeners
-        .as_ref()?
-        .iter()
-        .find(|l| l.name == name)?;
-    let c = l.conditions.iter().find(|c| c.type_ == "ResolvedRefs")?;
-    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+    listener_condition(gw, name, "ResolvedRefs")
 }
 
 /// One HTTPS request to `addr` with SNI `HOST`, trusting only `ca`.

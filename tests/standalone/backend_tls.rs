@@ -271,25 +271,19 @@ async fn tls_route_terminate_backend_is_reached_over_policy_tls() -> TestResult 
         TlsBackend::start(net.echo_a(), &backend_ca.leaf(&["backend.example.com"])?).await?;
     let ip = net.ip_str(5);
     let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&format!(
-        "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: edge, namespace: default}}
-spec:
-  gatewayClassName: aether
-  addresses: [{{type: IPAddress, value: {ip}}}]
-  listeners:
-  - {{name: tls, port: 8443, protocol: TLS, tls: {{mode: Terminate, certificateRefs: [{{name: wild}}]}}}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: TLSRoute
-metadata: {{name: db, namespace: default}}
-spec:
-  parentRefs: [{{name: edge}}]
-  hostnames: [db.example.com]
-  rules: [{{backendRefs: [{{name: secure, port: 80}}]}}]
-"
+    m.push_str(
+        &Gateway::test("edge")
+            .address(&ip)
+            .tls_terminate("tls", 8443, None, "wild")
+            .yaml(),
+    );
+    m.push_str(&l4_route(
+        "TLSRoute",
+        "db",
+        "edge",
+        None,
+        &["db.example.com"],
+        &[("secure", 1)],
     ));
     m.push_str(&tls_secret(
         "default",

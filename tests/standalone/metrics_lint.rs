@@ -250,28 +250,14 @@ async fn promtool_check_metrics_passes() -> TestResult {
 /// share port LISTENER_PORT.
 fn edge_gateway(net: Net, listeners: &[(&str, Option<&str>)]) -> String {
     let mut s = gateway_class("aether", CONTROLLER);
-    s.push_str(&format!(
-        "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata:
-  name: edge
-  namespace: default
-spec:
-  gatewayClassName: aether
-  addresses: [{{type: IPAddress, value: {}}}]
-  listeners:
-",
-        net.ip_str(5)
-    ));
+    let mut gw = Gateway::test("edge").address(&net.ip_str(5));
     for (name, hostname) in listeners {
-        s.push_str(&format!(
-            "  - {{name: {name}, port: {LISTENER_PORT}, protocol: HTTP{}}}\n",
-            hostname
-                .map(|h| format!(", hostname: {h}"))
-                .unwrap_or_default()
-        ));
+        gw = match hostname {
+            Some(h) => gw.http_host(name, LISTENER_PORT, h),
+            None => gw.http(name, LISTENER_PORT),
+        };
     }
+    s.push_str(&gw.yaml());
     s.push_str(&backend("default", "svc-a", net.echo_a(), true));
     s
 }

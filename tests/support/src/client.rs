@@ -34,6 +34,11 @@ impl Resp {
             .map_err(|e| err(format!("body is not JSON ({e}): {:?}", self.text())))
     }
 
+    /// The value of header `name`, if it is there and text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name)?.to_str().ok()
+    }
+
     /// Asserts a 200 from the echo backend and returns its JSON description.
     pub fn echo(&self) -> Result<Echo, BoxError> {
         ensure!(

@@ -86,6 +86,11 @@ impl Gateway {
         self
     }
 
+    /// `spec.infrastructure` (labels and annotations for what the Gateway gets).
+    pub fn infrastructure(self, infrastructure: Value) -> Self {
+        self.spec("infrastructure", infrastructure)
+    }
+
     /// Any `spec` field, as given.
     pub fn spec(mut self, key: &str, value: Value) -> Self {
         self.0["spec"][key] = value;
@@ -119,6 +124,28 @@ impl Gateway {
         self.listener(json!({"name": name, "port": port, "protocol": "HTTPS",
                              "hostname": hostname,
                              "tls": {"certificateRefs": [{"name": cert}]}}))
+    }
+}
+
+impl Gateway {
+    /// A TLS listener terminating with the Secret `cert` (for `hostname`, when given).
+    pub fn tls_terminate(self, name: &str, port: u16, hostname: Option<&str>, cert: &str) -> Self {
+        let mut l = json!({"name": name, "port": port, "protocol": "TLS",
+                           "tls": {"mode": "Terminate", "certificateRefs": [{"name": cert}]}});
+        if let Some(h) = hostname {
+            l["hostname"] = json!(h);
+        }
+        self.listener(l)
+    }
+
+    /// A TLS listener passing connections through (for `hostname`, when given).
+    pub fn tls_passthrough(self, name: &str, port: u16, hostname: Option<&str>) -> Self {
+        let mut l = json!({"name": name, "port": port, "protocol": "TLS",
+                           "tls": {"mode": "Passthrough"}});
+        if let Some(h) = hostname {
+            l["hostname"] = json!(h);
+        }
+        self.listener(l)
     }
 }
 
@@ -156,6 +183,11 @@ impl HttpRoute {
     pub fn parent_ref(mut self, parent: Value) -> Self {
         push(&mut self.0["spec"]["parentRefs"], parent);
         self
+    }
+
+    /// Attached to listener `section` of Gateway `gateway`.
+    pub fn section(self, gateway: &str, section: &str) -> Self {
+        self.parent_ref(json!({"name": gateway, "sectionName": section}))
     }
 
     pub fn hostname(mut self, hostname: &str) -> Self {
@@ -205,10 +237,24 @@ impl HttpRoute {
         self
     }
 
+    /// A backendRef as given (namespace, kind, weight...) on the last rule (of a new
+    /// one, when there is none yet).
+    pub fn backend_ref(mut self, backend: Value) -> Self {
+        push(&mut self.last_rule()["backendRefs"], backend);
+        self
+    }
+
     /// A filter of the last rule (of a new one, when there is none yet).
     pub fn filter(mut self, filter: Value) -> Self {
         push(&mut self.last_rule()["filters"], filter);
         self
+    }
+
+    /// A RequestRedirect filter to `hostname` with `status` on the last rule (answered
+    /// at the edge: no backend needed).
+    pub fn redirect(self, hostname: &str, status: u16) -> Self {
+        self.filter(json!({"type": "RequestRedirect",
+                           "requestRedirect": {"hostname": hostname, "statusCode": status}}))
     }
 
     fn last_rule(&mut self) -> &mut Value {
@@ -227,8 +273,8 @@ impl Manifest for HttpRoute {
     }
 }
 
-/// A Service (port 80 -> 9000, named http) and its EndpointSlice `<svc>-abc12`, with
-/// one endpoint per [`Backend::endpoint`].
+/// A Service with one port (80 -> 9000, named http, until told otherwise) and its
+/// EndpointSlice `<svc>-abc12`, with one endpoint per [`Backend::endpoint`].
 #[derive(Debug, Clone)]
 pub struct Backend {
     service: Value,
@@ -254,9 +300,24 @@ impl Backend {
         self
     }
 
-    /// An endpoint at `addr` (its port is the slice's `http` port: one port a slice).
+    /// The Service's port: `name`, `port` -> `target_port`.
+    pub fn port(mut self, name: &str, port: u16, target_port: u16) -> Self {
+        self.service["spec"]["ports"] =
+            json!([{"name": name, "port": port, "targetPort": target_port}]);
+        self
+    }
+
+    /// The Service port's `appProtocol` (`kubernetes.io/h2c`...).
+    pub fn app_protocol(mut self, protocol: &str) -> Self {
+        self.service["spec"]["ports"][0]["appProtocol"] = json!(protocol);
+        self
+    }
+
+    /// An endpoint at `addr`. Its port is the slice's one port, named as the Service's
+    /// (which is how a slice's port is matched to the Service's).
     pub fn endpoint(mut self, addr: SocketAddr, ready: bool) -> Self {
-        self.slice["ports"] = json!([{"name": "http", "port": addr.port()}]);
+        let name = self.service["spec"]["ports"][0]["name"].clone();
+        self.slice["ports"] = json!([{"name": name, "port": addr.port()}]);
         push(
             &mut self.slice["endpoints"],
             json!({"addresses": [addr.ip().to_string()], "conditions": {"ready": ready}}),
