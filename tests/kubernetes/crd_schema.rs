@@ -5,8 +5,8 @@
 //! and writes the routability, no restart.
 
 use k8s_openapi::api::core::v1::Service;
+use kube::Api;
 use kube::api::{Patch, PatchParams};
-use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::cluster::{BoxError, Cluster};
@@ -15,11 +15,6 @@ use crate::{Net, Wait, edge, eventually_some, raw_gateway};
 const NS: &str = "stock";
 const LEFT_OUT: &str = "routability is not reported";
 const WARNING: &str = "does not declare status.addresses[].routability";
-
-/// The Gateway as the server holds it, untyped, so a `routability` would be visible.
-async fn raw(client: &Client) -> Option<Value> {
-    raw_gateway(client, NS, "gw").await
-}
 
 fn condition<'a>(gw: &'a Value, ctype: &str) -> Option<&'a Value> {
     aether_test_support::condition(&gw["status"]["conditions"], ctype).ok()
@@ -60,7 +55,7 @@ async fn gateway_status_fits_the_installed_crd_stock_then_patched() -> Result<()
         "stock CRD: Programmed=True with the address",
         Wait::API,
         || async {
-            let gw = raw(&client).await?;
+            let gw = raw_gateway(&client, NS, "gw").await?;
             let addresses = gw["status"]["addresses"].as_array()?.clone();
             (is_true(&gw, "Programmed")
                 && addresses == vec![json!({"type": "IPAddress", "value": "192.0.2.60"})])
@@ -91,7 +86,7 @@ async fn gateway_status_fits_the_installed_crd_stock_then_patched() -> Result<()
         "patched CRD: the address with routability External",
         Wait::API,
         || async {
-            let gw = raw(&client).await?;
+            let gw = raw_gateway(&client, NS, "gw").await?;
             let message = condition(&gw, "AddressesAssigned")?["message"]
                 .as_str()?
                 .to_owned();

@@ -19,11 +19,6 @@ async fn gateway(client: &Client, name: &str, addresses: Value) {
     put::<Gateway>(client, &gw).await;
 }
 
-/// The Gateway as the server holds it, untyped, so `routability` is visible.
-async fn raw(client: &Client, name: &str) -> Option<Value> {
-    raw_gateway(client, "scopes", name).await
-}
-
 /// (value, routability) of each status address, and (status, reason) of a condition.
 fn addresses(gw: &Value) -> Vec<(String, String)> {
     gw["status"]["addresses"]
@@ -75,7 +70,9 @@ async fn routability_scopes_services_and_conditions() -> Result<(), BoxError> {
     )
     .await;
     // The patched CRD kept the field (an unpatched one prunes it).
-    let stored = raw(&client, "mixed").await.ok_or("no Gateway mixed")?;
+    let stored = raw_gateway(&client, "scopes", "mixed")
+        .await
+        .ok_or("no Gateway mixed")?;
     assert_eq!(stored["spec"]["addresses"][1]["routability"], "Cluster");
     let listen = Net::allocate().ip_str(1);
     let _edge = edge(&cluster, &listen, "scopes");
@@ -90,7 +87,7 @@ async fn routability_scopes_services_and_conditions() -> Result<(), BoxError> {
     assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
     let cluster_ip = spec.cluster_ip.clone().ok_or("no clusterIP allocated")?;
     eventually_some("internal: Cluster address, Assigned", Wait::API, || async {
-        let gw = raw(&client, "internal").await?;
+        let gw = raw_gateway(&client, "scopes", "internal").await?;
         (addresses(&gw) == vec![(cluster_ip.clone(), "Cluster".to_owned())]
             && condition(&gw, "AddressesAssigned")? == ("True".into(), "Assigned".into())
             && condition(&gw, "Programmed")? == ("True".into(), "Programmed".into()))
@@ -113,7 +110,7 @@ async fn routability_scopes_services_and_conditions() -> Result<(), BoxError> {
         "mixed: Cluster only, PartiallyAssigned",
         Wait::API,
         || async {
-            let gw = raw(&client, "mixed").await?;
+            let gw = raw_gateway(&client, "scopes", "mixed").await?;
             // Shown only if this step times out: what the server holds, and the edge's
             // warnings so far.
             eprintln!("mixed status now: {}", gw["status"]);
@@ -138,7 +135,7 @@ async fn routability_scopes_services_and_conditions() -> Result<(), BoxError> {
         )
         .await?;
     eventually_some("mixed: External and Cluster", Wait::API, || async {
-        let gw = raw(&client, "mixed").await?;
+        let gw = raw_gateway(&client, "scopes", "mixed").await?;
         (addresses(&gw)
             == vec![
                 ("192.0.2.50".to_owned(), "External".to_owned()),
@@ -151,7 +148,7 @@ async fn routability_scopes_services_and_conditions() -> Result<(), BoxError> {
 
     // Nothing satisfiable: never substituted, no Service, not programmed.
     eventually_some("nowhere: NotAssigned", Wait::API, || async {
-        let gw = raw(&client, "nowhere").await?;
+        let gw = raw_gateway(&client, "scopes", "nowhere").await?;
         (condition(&gw, "AddressesAssigned")? == ("False".into(), "NotAssigned".into())
             && condition(&gw, "Programmed")? == ("False".into(), "AddressNotAssigned".into())
             && addresses(&gw).is_empty())

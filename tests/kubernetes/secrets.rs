@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cluster::{BoxError, Cluster};
 use crate::{
-    Net, Wait, apply, class_and_namespaces, edge, eventually_some, listener_condition,
+    Net, Wait, apply, class_and_namespaces, edge, eventually_some, listener_condition, m, put,
     service_ports,
 };
 
@@ -29,14 +29,7 @@ const OVERSIZED: usize = 300 * 1024;
 /// A `kubernetes.io/tls` Secret, written as `stringData` (the server stores it as
 /// `data`).
 async fn tls_secret(client: &Client, name: &str, crt: &str, key: &str) {
-    apply(
-        &Api::<Secret>::namespaced(client.clone(), NS),
-        name,
-        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-               "metadata": {"name": name, "namespace": NS},
-               "stringData": {"tls.crt": crt, "tls.key": key}}),
-    )
-    .await;
+    put::<Secret>(client, &m::tls_secret(NS, name, crt, key)).await;
 }
 
 /// (status, reason, message) of ResolvedRefs on listener `name`.

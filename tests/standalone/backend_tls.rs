@@ -11,32 +11,13 @@ use crate::common::*;
 
 const URI_B: &str = "spiffe://cluster.local/ns/default/sa/b";
 
-/// A Service `svc` (port `http` 80, optional appProtocol) with one endpoint.
+/// A Service `svc` (port `http` 80, optional appProtocol) with one ready endpoint.
 fn service(svc: &str, endpoint: SocketAddr, app_protocol: Option<&str>) -> String {
-    let app = app_protocol.map_or(String::new(), |p| format!("\n    appProtocol: {p}"));
-    format!(
-        "---
-apiVersion: v1
-kind: Service
-metadata: {{name: {svc}, namespace: default}}
-spec:
-  ports:
-  - name: http
-    port: 80{app}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: {svc}-1
-  namespace: default
-  labels: {{kubernetes.io/service-name: {svc}}}
-addressType: IPv4
-ports: [{{name: http, port: {}}}]
-endpoints: [{{addresses: [\"{}\"]}}]
-",
-        endpoint.port(),
-        endpoint.ip()
-    )
+    let mut b = Backend::test(svc);
+    if let Some(p) = app_protocol {
+        b = b.app_protocol(p);
+    }
+    b.endpoint(endpoint, true).yaml()
 }
 
 fn policy(name: &str, created: &str, svc: &str, validation: &str) -> String {

@@ -77,39 +77,28 @@ fn manifests(net: Net, backend_addr: SocketAddr, ca: &TestCa) -> String {
     ));
     // No appProtocol: GRPCRoute backends are HTTP/2 regardless, so ALPN h2.
     m.push_str(&backend("default", "health", backend_addr, true));
-    let pem: String = ca
-        .cert_pem
-        .trim()
-        .lines()
-        .map(|l| format!("    {l}\n"))
-        .collect();
-    m.push_str(&format!(
+    m.push_str(&ca_config_map("default", "grpc-ca", ca));
+    m.push_str(
         "---
-apiVersion: v1
-kind: ConfigMap
-metadata: {{name: grpc-ca, namespace: default}}
-data:
-  ca.crt: |
-{pem}---
 apiVersion: gateway.networking.k8s.io/v1
 kind: BackendTLSPolicy
-metadata: {{name: health-tls, namespace: default}}
+metadata: {name: health-tls, namespace: default}
 spec:
-  targetRefs: [{{group: \"\", kind: Service, name: health}}]
+  targetRefs: [{group: \"\", kind: Service, name: health}]
   validation:
     hostname: grpc.internal.example
-    caCertificateRefs: [{{group: \"\", kind: ConfigMap, name: grpc-ca}}]
+    caCertificateRefs: [{group: \"\", kind: ConfigMap, name: grpc-ca}]
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: GRPCRoute
-metadata: {{name: health, namespace: default}}
+metadata: {name: health, namespace: default}
 spec:
-  parentRefs: [{{name: edge}}]
+  parentRefs: [{name: edge}]
   hostnames: [grpc.example.com]
   rules:
-  - backendRefs: [{{name: health, port: 80}}]
-"
-    ));
+  - backendRefs: [{name: health, port: 80}]
+",
+    );
     m
 }
 

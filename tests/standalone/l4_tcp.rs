@@ -148,11 +148,11 @@ async fn tcp_route_forwards_bytes_with_half_close_and_closes_on_connect_failure(
 
     let metrics = metrics_text(net).await?;
     ensure!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("aether_tcp_connections_total")
-                && l.contains("route=\"default/echo\"")
-                && !l.ends_with(" 0")),
+        metric_sum_where(
+            &metrics,
+            "aether_tcp_connections_total",
+            "route=\"default/echo\""
+        ) > 0.0,
         "no aether_tcp_connections_total for default/echo:\n{metrics}"
     );
     ensure!(

@@ -74,27 +74,15 @@ impl TestCa {
     }
 }
 
-/// A PEM block indented as a YAML block scalar under a two-space key.
-fn indent(pem: &str) -> String {
-    pem.trim().lines().map(|l| format!("    {l}\n")).collect()
-}
-
 /// A `kubernetes.io/tls` Secret manifest holding `leaf`.
 pub fn tls_secret(ns: &str, name: &str, leaf: &Leaf) -> String {
-    format!(
-        "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: {ns}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
-        indent(&leaf.cert_pem),
-        indent(&leaf.key_pem)
-    )
+    manifest::tls_secret(ns, name, &leaf.cert_pem, &leaf.key_pem).yaml()
 }
 
 /// A ConfigMap manifest whose `ca.crt` is `ca`'s certificate: the CA bundle frontend
 /// validation and BackendTLSPolicies refer to.
 pub fn ca_config_map(ns: &str, name: &str, ca: &TestCa) -> String {
-    format!(
-        "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: {ns}\ndata:\n  ca.crt: |\n{}",
-        indent(&ca.cert_pem)
-    )
+    manifest::ca_config_map(ns, name, &ca.cert_pem).yaml()
 }
 
 /// Opens a TLS session from `src` to `dst` asking for `sni`, trusting only `ca`.

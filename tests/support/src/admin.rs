@@ -84,6 +84,15 @@ pub fn metric_sum(text: &str, name: &str) -> f64 {
         .sum()
 }
 
+/// The sum over the series of metric `name` whose labels contain `label` (such as
+/// `route="default/dns"`; empty: every series).
+pub fn metric_sum_where(text: &str, name: &str, label: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.split(['{', ' ']).next() == Some(name) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
 /// [`metric_sum`] of the admin server's `/metrics` now.
 pub async fn metric(at: impl AdminAt, name: &str) -> Result<f64, BoxError> {
     Ok(metric_sum(&metrics_text(at).await?, name))

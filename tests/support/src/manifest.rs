@@ -49,6 +49,21 @@ pub fn namespace(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 }
 
+/// A `kubernetes.io/tls` Secret holding a PEM certificate chain and key.
+pub fn tls_secret(ns: &str, name: &str, cert_pem: &str, key_pem: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+           "metadata": {"name": name, "namespace": ns},
+           "stringData": {"tls.crt": cert_pem, "tls.key": key_pem}})
+}
+
+/// A ConfigMap with a PEM CA bundle under `ca.crt` (what BackendTLSPolicy and client
+/// certificate validation name).
+pub fn ca_config_map(ns: &str, name: &str, ca_pem: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": name, "namespace": ns},
+           "data": {"ca.crt": ca_pem}})
+}
+
 /// A Gateway of class [`CLASS`] in namespace `default`, until told otherwise.
 #[derive(Debug, Clone)]
 pub struct Gateway(Value);
