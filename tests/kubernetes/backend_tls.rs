@@ -101,5 +101,5 @@ async fn backend_tls_policy_status_follows_its_ca_config_map() -> Result<(), Box
         (r == ("True/Accepted".to_owned(), "True/ResolvedRefs".to_owned())).then_some(())
     })
     .await?;
-    Ok(())
+    cluster.pass()
 }

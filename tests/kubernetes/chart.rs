@@ -9,8 +9,6 @@ use kube::api::{DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
 use kube::{Api, Client};
 
-use aether_test_support::Proc;
-
 use crate::cluster::{BoxError, Cluster};
 
 /// Renders the chart with `helm template` (tests/chart/tools.sh fetches Helm once).
@@ -122,7 +120,7 @@ fn args_are_accepted(cluster: &Cluster, yaml: &str) -> Result<(), BoxError> {
     cmd.args(&args)
         .arg(format!("--admin=127.0.0.1:{}", crate::free_port()))
         .env("KUBECONFIG", &cluster.kubeconfig);
-    let mut edge = Proc::spawn(cmd, "edge-chart-args", cluster.dir.path())?;
+    let mut edge = cluster.proc(cmd, "edge-chart-args")?;
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let exited = edge.try_exit()?;
     edge.kill()?;
@@ -178,5 +176,5 @@ async fn chart_applies_to_a_real_apiserver() -> Result<(), BoxError> {
         .get("aether")
         .await?;
     assert_eq!(class.spec.controller_name, "aether.io/edge");
-    Ok(())
+    cluster.pass()
 }

@@ -137,5 +137,5 @@ async fn churn_of_unrelated_endpoints_does_not_reconcile() -> Result<(), BoxErro
     })
     .await?;
     assert!(metric(admin, "aether_config_reloads_total").await.ok() > Some(reloads));
-    Ok(())
+    cluster.pass()
 }

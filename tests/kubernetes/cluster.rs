@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -14,7 +16,7 @@ use kube::{Api, Client};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 
 pub use aether_test_support::BoxError;
-use aether_test_support::{free_port, repo_root, test_tool};
+use aether_test_support::{Proc, free_port, repo_root, test_tool};
 
 const TOKEN: &str = "aether-test-token";
 /// A second, unprivileged user: no groups but `system:authenticated`, so it may do only
@@ -33,6 +35,9 @@ pub struct Cluster {
     procs: Vec<Child>,
     /// How the apiserver was started, to start it again.
     apiserver: (PathBuf, Vec<String>),
+    /// Set by [`Cluster::pass`]: until then, the processes started for the test
+    /// ([`Cluster::proc`]) print their logs when they go.
+    passed: Arc<AtomicBool>,
 }
 
 /// Clusters running at once. Each test starts its own etcd and apiserver (plus edges);
@@ -227,6 +232,7 @@ impl Cluster {
             user_kubeconfig,
             procs,
             apiserver: (apiserver.clone(), apiserver_args),
+            passed: Arc::new(AtomicBool::new(false)),
         };
         let client = cluster.client().await?;
         cluster.wait_ready(&client).await?;
@@ -259,6 +265,18 @@ impl Cluster {
         }
         let client = self.client().await?;
         self.wait_ready(&client).await
+    }
+
+    /// Starts `cmd` for this test: its logs are `<label>.log` and `<label>.stdout.log`
+    /// in the cluster's directory, printed when it goes unless the test passed.
+    pub fn proc(&self, cmd: Command, label: &str) -> Result<Proc, BoxError> {
+        Ok(Proc::spawn(cmd, label, self.dir.path())?.until_passed(&self.passed))
+    }
+
+    /// Marks the test as passed; call as the last expression of the test.
+    pub fn pass(&self) -> Result<(), BoxError> {
+        self.passed.store(true, Ordering::SeqCst);
+        Ok(())
     }
 
     /// The writes [`USER`] made, as the server's audit log recorded them (one JSON

@@ -19,7 +19,7 @@ use aether_test_support::manifest::Manifest;
 
 use crate::cluster::{BoxError, Cluster};
 use crate::{
-    Edge, Net, Proc, RANGE, Wait, apply, class_and_namespaces, edge_pods, eventually_gone,
+    Edge, Net, RANGE, Wait, apply, class_and_namespaces, edge_pods, eventually_gone,
     eventually_some, free_port, gateway_condition, gateway_slice, get, m, put, service_ports,
 };
 
@@ -178,7 +178,7 @@ async fn a_dedicated_gateway_is_served_by_its_own_deployment() -> Result<(), Box
     cmd.args(&args)
         .env("KUBECONFIG", &cluster.kubeconfig)
         .env("RUST_LOG", "info");
-    let _dedicated = Proc::spawn(cmd, "edge-dedicated", cluster.dir.path())?;
+    let _dedicated = cluster.proc(cmd, "edge-dedicated")?;
     let own_port = u16::try_from(service_ports(&client, "two", "own").await.1[0].1)?;
     let plain_port = u16::try_from(service_ports(&client, "one", "plain").await.1[0].1)?;
     let at = |ip: std::net::Ipv4Addr, port: u16| SocketAddr::from((ip, port));
@@ -229,5 +229,5 @@ async fn a_dedicated_gateway_is_served_by_its_own_deployment() -> Result<(), Box
     assert!(svc.is_none(), "the pods Service is deleted too");
     let gw = gateways.get("own").await?;
     assert_eq!(dedicated_condition(&gw), None);
-    Ok(())
+    cluster.pass()
 }

@@ -139,5 +139,5 @@ async fn tcp_routes_get_status_and_udp_listeners_udp_service_ports() -> Result<(
         },
     )
     .await?;
-    Ok(())
+    cluster.pass()
 }

@@ -126,5 +126,5 @@ async fn listenersets_get_service_ports_traffic_and_status() -> Result<(), BoxEr
         .then_some(())
     })
     .await?;
-    Ok(())
+    cluster.pass()
 }

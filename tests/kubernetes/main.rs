@@ -54,8 +54,8 @@ use cluster::{BoxError, Cluster};
 const RANGE: &str = "27100-27199";
 
 /// `aether-edge run --kubernetes` against a test cluster: the one way tests start an
-/// edge. Its log is `edge-<label>.log` in the cluster's directory, printed if the test
-/// panics.
+/// edge. Its log is `edge-<label>.log` in the cluster's directory, printed unless the
+/// test passes (`cluster.pass()`).
 struct Edge<'a> {
     cluster: &'a Cluster,
     kubeconfig: &'a Path,
@@ -116,12 +116,9 @@ impl<'a> Edge<'a> {
         .args(&self.extra)
         .env("KUBECONFIG", self.kubeconfig)
         .env("RUST_LOG", "info,aether_controller=debug");
-        Proc::spawn(
-            cmd,
-            &format!("edge-{}", self.label),
-            self.cluster.dir.path(),
-        )
-        .unwrap()
+        self.cluster
+            .proc(cmd, &format!("edge-{}", self.label))
+            .unwrap()
     }
 }
 
@@ -527,5 +524,5 @@ async fn gateways_get_services_ports_addresses_and_traffic() -> Result<(), BoxEr
     let slices_two = Api::<EndpointSlice>::namespaced(client.clone(), "two");
     eventually_gone(&slices_two, "b-aether").await;
     drop(edge_a);
-    Ok(())
+    cluster.pass()
 }

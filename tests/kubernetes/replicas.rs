@@ -136,5 +136,5 @@ async fn two_instances_converge_with_bounded_writes() -> Result<(), BoxError> {
         "the Lease did not move to the survivor"
     );
     assert_eq!(spec.lease_transitions, Some(1));
-    Ok(())
+    cluster.pass()
 }

@@ -96,5 +96,5 @@ async fn an_apiserver_restart_resumes_watches_without_duplicate_writes() -> Resu
         },
     )
     .await?;
-    Ok(())
+    cluster.pass()
 }

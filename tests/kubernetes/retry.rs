@@ -108,5 +108,5 @@ async fn httproute_retry_is_read_from_the_api_server() -> Result<(), BoxError> {
         json!({"secs": 0, "nanos": 50_000_000}),
         "{retry}"
     );
-    Ok(())
+    cluster.pass()
 }

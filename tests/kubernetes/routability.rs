@@ -156,5 +156,5 @@ async fn routability_scopes_services_and_conditions() -> Result<(), BoxError> {
     })
     .await?;
     assert!(services.get_opt("nowhere-aether").await?.is_none());
-    Ok(())
+    cluster.pass()
 }

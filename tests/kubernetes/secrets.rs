@@ -172,5 +172,5 @@ async fn malformed_and_oversized_secrets_are_conditions_and_the_good_listener_se
         "{answer}"
     );
     assert!(edge.try_exit()?.is_none(), "the edge exited");
-    Ok(())
+    cluster.pass()
 }

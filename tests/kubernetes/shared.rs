@@ -151,5 +151,5 @@ async fn shared_addressing_reports_the_edge_address_and_demuxes_by_hostname() ->
             .map(|s| &s.metadata.name)
             .collect::<Vec<_>>()
     );
-    Ok(())
+    cluster.pass()
 }
