@@ -14,17 +14,7 @@ use crate::cluster::{BoxError, Cluster};
 /// Renders the chart with `helm template` (tests/chart/tools.sh fetches Helm once).
 pub(crate) fn render(values: Option<&str>) -> Result<String, BoxError> {
     let root = aether_test_support::repo_root();
-    let tools = Command::new("bash")
-        .arg(root.join("tests/chart/tools.sh"))
-        .output()?;
-    if !tools.status.success() {
-        return Err(format!(
-            "tests/chart/tools.sh failed: {}",
-            String::from_utf8_lossy(&tools.stderr)
-        )
-        .into());
-    }
-    let helm = String::from_utf8(tools.stdout)?.trim().to_owned();
+    let helm = aether_test_support::required_tool("tests/chart/tools.sh")?;
     let mut cmd = Command::new(helm);
     cmd.args(["template", "aether-edge"])
         .arg(root.join("charts/aether-edge"))

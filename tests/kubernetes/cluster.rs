@@ -16,7 +16,7 @@ use kube::{Api, Client};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 
 pub use aether_test_support::BoxError;
-use aether_test_support::{Proc, free_port, repo_root, test_tool};
+use aether_test_support::{Proc, free_port, repo_root, required_tool, test_tool};
 
 const TOKEN: &str = "aether-test-token";
 /// A second, unprivileged user: no groups but `system:authenticated`, so it may do only
@@ -322,13 +322,8 @@ impl Cluster {
     /// way docs/kubernetes.md tells users to.
     pub fn patch_routability(&self) -> Result<(), BoxError> {
         let root = repo_root();
-        let tools = Command::new("bash")
-            .arg(root.join("tests/chart/tools.sh"))
-            .stderr(Stdio::inherit())
-            .output()?;
-        if !tools.status.success() {
-            return Err(format!("tests/chart/tools.sh failed: {}", tools.status).into());
-        }
+        // tests/chart/tools.sh installs kubectl beside the Helm it prints.
+        required_tool("tests/chart/tools.sh")?;
         let out = Command::new(root.join("target/tools/kubectl/kubectl"))
             .args([
                 "patch",

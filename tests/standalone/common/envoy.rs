@@ -3,7 +3,7 @@
 //! ID, sets x-forwarded-client-cert and forwards to the workload port the edge names.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use super::*;
 
@@ -13,18 +13,7 @@ pub fn envoy_binary() -> Result<PathBuf, BoxError> {
     if let Some(path) = std::env::var_os("AETHER_ENVOY") {
         return Ok(PathBuf::from(path));
     }
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mesh/envoy.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .stderr(Stdio::inherit())
-        .output()?;
-    ensure!(
-        out.status.success(),
-        "{} could not install Envoy: {}",
-        script.display(),
-        out.status
-    );
-    Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
+    required_tool("tests/mesh/envoy.sh")
 }
 
 /// A pod's inbound listener as the mesh runs it: Envoy on `ip:15008` requiring a client

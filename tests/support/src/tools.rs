@@ -1,6 +1,6 @@
 //! Test tools that install scripts provide (`tests/<tool>/install.sh`,
-//! `tests/k8s/build.sh`, ...): each prints a path, or exits 3 when the tool cannot be
-//! had on this machine.
+//! `tests/k8s/build.sh`, `tests/chart/tools.sh`, `tests/mesh/envoy.sh`): each prints
+//! a path; some exit 3 when the tool cannot be had on this machine.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -19,10 +19,7 @@ pub fn repo_root() -> &'static Path {
 /// on this machine), unless CI's AETHER_REQUIRE_K8S=1 requires the test tools: then
 /// that is an error, not a quietly green suite.
 pub fn test_tool(script: &str, missing: &str) -> Result<Option<PathBuf>, BoxError> {
-    let out = Command::new("bash")
-        .arg(repo_root().join(script))
-        .stderr(Stdio::inherit())
-        .output()?;
+    let out = run(script)?;
     match out.status.code() {
         Some(0) => Ok(Some(PathBuf::from(String::from_utf8(out.stdout)?.trim()))),
         Some(3) if std::env::var("AETHER_REQUIRE_K8S").is_ok_and(|v| v == "1") => {
@@ -34,4 +31,22 @@ pub fn test_tool(script: &str, missing: &str) -> Result<Option<PathBuf>, BoxErro
         }
         _ => Err(err(format!("{script} failed: {}", out.status))),
     }
+}
+
+/// Runs `script` (relative to the repository root), which must succeed, and returns
+/// the path it prints: for tools every machine can have.
+pub fn required_tool(script: &str) -> Result<PathBuf, BoxError> {
+    let out = run(script)?;
+    if !out.status.success() {
+        return Err(err(format!("{script} failed: {}", out.status)));
+    }
+    Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
+}
+
+/// The script's output; what it says on stderr goes to the test's.
+fn run(script: &str) -> Result<std::process::Output, BoxError> {
+    Ok(Command::new("bash")
+        .arg(repo_root().join(script))
+        .stderr(Stdio::inherit())
+        .output()?)
 }
