@@ -3,7 +3,7 @@
 //! data, with the official Gateway API CRDs installed. Killed on drop.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -32,7 +32,7 @@ pub struct Cluster {
     /// A kubeconfig for [`USER`].
     pub user_kubeconfig: PathBuf,
     /// etcd, then the apiserver.
-    procs: Vec<Child>,
+    procs: Vec<Proc>,
     /// How the apiserver was started, to start it again.
     apiserver: (PathBuf, Vec<String>),
     /// Set by [`Cluster::pass`]: until then, the processes started for the test
@@ -79,10 +79,8 @@ impl Drop for ClusterSlot {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        for p in &mut self.procs {
-            let _ = p.kill();
-            let _ = p.wait();
-        }
+        // Killed before the fields go: the slot, and the directory they write to.
+        self.procs.clear();
     }
 }
 
@@ -165,25 +163,18 @@ impl Cluster {
             ),
         )?;
         let (client_port, peer_port, secure_port) = (free_port(), free_port(), free_port());
-        let log = |name: &str| -> Result<Stdio, BoxError> {
-            Ok(std::fs::File::create(d.join(name))?.into())
-        };
         let mut procs = Vec::new();
-        procs.push(
-            Command::new("etcd")
-                .args([
-                    &format!("--data-dir={}", d.join("etcd").display()),
-                    &format!("--listen-client-urls=http://127.0.0.1:{client_port}"),
-                    &format!("--advertise-client-urls=http://127.0.0.1:{client_port}"),
-                    &format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
-                    &format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
-                    &format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
-                    "--unsafe-no-fsync=true",
-                ])
-                .stdout(log("etcd.log")?)
-                .stderr(log("etcd.log")?)
-                .spawn()?,
-        );
+        let mut etcd = Command::new("etcd");
+        etcd.args([
+            &format!("--data-dir={}", d.join("etcd").display()),
+            &format!("--listen-client-urls=http://127.0.0.1:{client_port}"),
+            &format!("--advertise-client-urls=http://127.0.0.1:{client_port}"),
+            &format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+            &format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+            &format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
+            "--unsafe-no-fsync=true",
+        ]);
+        procs.push(Proc::spawn(etcd, "etcd", d)?.silent());
         let file = |n: &str| d.join(n).display().to_string();
         let apiserver_args: Vec<String> = vec![
             format!("--etcd-servers=http://127.0.0.1:{client_port}"),
@@ -205,13 +196,9 @@ impl Cluster {
             format!("--audit-policy-file={}", file("audit-policy.yaml")),
             format!("--audit-log-path={}", file("audit.log")),
         ];
-        procs.push(
-            Command::new(&apiserver)
-                .args(&apiserver_args)
-                .stdout(log("apiserver.log")?)
-                .stderr(log("apiserver.log")?)
-                .spawn()?,
-        );
+        let mut cmd = Command::new(&apiserver);
+        cmd.args(&apiserver_args);
+        procs.push(Proc::spawn(cmd, "apiserver", d)?.silent());
         let kubeconfig_of = |name: &str, user: &str, token: &str| -> Result<PathBuf, BoxError> {
             let path = d.join(name);
             std::fs::write(
@@ -247,21 +234,15 @@ impl Cluster {
     /// waits until it serves: what clients see when the control plane restarts.
     pub async fn restart_apiserver(&mut self, down: std::time::Duration) -> Result<(), BoxError> {
         if let Some(p) = self.procs.get_mut(1) {
-            let _ = p.kill();
-            let _ = p.wait();
+            p.kill()?;
         }
         tokio::time::sleep(down).await;
-        let log = std::fs::OpenOptions::new()
-            .append(true)
-            .open(self.dir.path().join("apiserver.log"))?;
         let (bin, args) = &self.apiserver;
-        let child = Command::new(bin)
-            .args(args)
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()?;
+        let mut cmd = Command::new(bin);
+        cmd.args(args);
+        let restarted = Proc::spawn(cmd, "apiserver-restarted", self.dir.path())?.silent();
         if let Some(slot) = self.procs.get_mut(1) {
-            *slot = child;
+            *slot = restarted;
         }
         let client = self.client().await?;
         self.wait_ready(&client).await
@@ -297,9 +278,9 @@ impl Cluster {
         Ok(Client::try_from(config)?)
     }
 
+    /// The last lines of the (current) apiserver's log.
     fn log_tail(&self) -> String {
-        let text =
-            std::fs::read_to_string(self.dir.path().join("apiserver.log")).unwrap_or_default();
+        let text = self.procs.get(1).map(Proc::log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
     }

@@ -19,6 +19,7 @@ pub struct Proc {
     log_path: PathBuf,
     stdout_path: PathBuf,
     passed: Option<Arc<AtomicBool>>,
+    silent: bool,
     reaped: Option<ExitStatus>,
 }
 
@@ -44,6 +45,7 @@ impl Proc {
             log_path,
             stdout_path,
             passed: None,
+            silent: false,
             reaped: None,
         })
     }
@@ -52,6 +54,13 @@ impl Proc {
     /// error does not panic, and should still show them).
     pub fn until_passed(mut self, passed: &Arc<AtomicBool>) -> Proc {
         self.passed = Some(Arc::clone(passed));
+        self
+    }
+
+    /// Never prints its logs (for servers whose logs are too long to read in a test's
+    /// output, such as a kube-apiserver's: read them with [`Proc::log`]).
+    pub fn silent(mut self) -> Proc {
+        self.silent = true;
         self
     }
 
@@ -143,7 +152,7 @@ impl Drop for Proc {
                 .passed
                 .as_ref()
                 .is_some_and(|p| !p.load(Ordering::SeqCst));
-        if failed {
+        if failed && !self.silent {
             eprintln!(
                 "===== {} (pid {}, args {:?}) log =====\n{}\n===== stdout =====\n{}\n===== end {} =====",
                 self.label,
