@@ -44,3 +44,6 @@ macro_rules! ensure {
         }
     };
 }
+
+#[cfg(test)]
+mod tests;
