@@ -42,13 +42,7 @@ fn ca_ref(host: &str, cm: &str) -> String {
 /// Everything, with ConfigMap `ca` holding `trusted`.
 fn manifests(net: Net, trusted: &TestCa, other: &TestCa) -> String {
     let (a, b) = (net.echo_a(), net.echo_b());
-    let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&gateway(
-        "default",
-        "edge",
-        Some(&net.ip_str(5)),
-        &[("http", LISTENER_PORT)],
-    ));
+    let mut m = edge_gateway(net);
     m.push_str(&ca_config_map("default", "ca", trusted));
     m.push_str(&ca_config_map("default", "other-ca", other));
     let cases: [(&str, SocketAddr, Option<&str>, String); 8] = [

@@ -68,13 +68,7 @@ async fn tls_health_server(
 }
 
 fn manifests(net: Net, backend_addr: SocketAddr, ca: &TestCa) -> String {
-    let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&gateway(
-        "default",
-        "edge",
-        Some(&net.ip_str(5)),
-        &[("http", LISTENER_PORT)],
-    ));
+    let mut m = edge_gateway(net);
     // No appProtocol: GRPCRoute backends are HTTP/2 regardless, so ALPN h2.
     m.push_str(&backend("default", "health", backend_addr, true));
     m.push_str(&ca_config_map("default", "grpc-ca", ca));

@@ -11,13 +11,7 @@ use crate::common::*;
 
 /// Gateway `default/edge` at .5:8080 with one route per `(hostname, service)`.
 pub(crate) fn gateway_and_routes(net: Net, routes: &[(&str, &str)]) -> String {
-    let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&gateway(
-        "default",
-        "edge",
-        Some(&net.ip_str(5)),
-        &[("http", LISTENER_PORT)],
-    ));
+    let mut m = edge_gateway(net);
     for (i, (host, svc)) in routes.iter().enumerate() {
         m.push_str(&route(
             "default",

@@ -12,13 +12,7 @@ use http::StatusCode;
 use crate::common::*;
 
 fn manifests(net: Net, pod_ip: IpAddr) -> String {
-    let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&gateway(
-        "default",
-        "edge",
-        Some(&net.ip_str(5)),
-        &[("http", LISTENER_PORT)],
-    ));
+    let mut m = edge_gateway(net);
     m.push_str(&route(
         "default",
         "r",

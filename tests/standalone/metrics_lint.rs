@@ -248,7 +248,7 @@ async fn promtool_check_metrics_passes() -> TestResult {
 
 /// A Gateway `edge` on the test's address whose HTTP listeners `(name, hostname)` all
 /// share port LISTENER_PORT.
-fn edge_gateway(net: Net, listeners: &[(&str, Option<&str>)]) -> String {
+fn edge_with_listeners(net: Net, listeners: &[(&str, Option<&str>)]) -> String {
     let mut s = gateway_class("aether", CONTROLLER);
     let mut gw = Gateway::test("edge").address(&net.ip_str(5));
     for (name, hostname) in listeners {
@@ -283,7 +283,7 @@ async fn listener_labels_follow_a_reload() -> TestResult {
     let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
-    env.write_manifest("infra.yaml", &edge_gateway(net, &[("http", None)]))?;
+    env.write_manifest("infra.yaml", &edge_with_listeners(net, &[("http", None)]))?;
     env.write_manifest(
         "routes.yaml",
         &route(
@@ -312,7 +312,7 @@ async fn listener_labels_follow_a_reload() -> TestResult {
 
     env.write_manifest(
         "infra.yaml",
-        &edge_gateway(net, &[("http", None), ("extra", Some("extra.example.com"))]),
+        &edge_with_listeners(net, &[("http", None), ("extra", Some("extra.example.com"))]),
     )?;
     eventually(
         "the second listener is folded into the socket",

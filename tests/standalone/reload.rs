@@ -457,13 +457,7 @@ async fn manifests_from_a_file_and_a_nested_directory_are_watched() -> TestResul
     .await?;
 
     // Edit the single file: svc-a's EndpointSlice now points at echo "b".
-    let mut infra = gateway_class("aether", CONTROLLER);
-    infra.push_str(&gateway(
-        "default",
-        "edge",
-        Some(&net.ip_str(5)),
-        &[("http", LISTENER_PORT)],
-    ));
+    let mut infra = edge_gateway(net);
     infra.push_str(&backend("default", "svc-a", net.echo_b(), true));
     std::fs::write(&infra_file, infra)?;
     eventually(
@@ -487,13 +481,7 @@ async fn reference_grants_that_come_and_go_take_effect_while_serving() -> TestRe
     let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
-    let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&gateway(
-        "default",
-        "edge",
-        Some(&net.ip_str(5)),
-        &[("http", LISTENER_PORT)],
-    ));
+    let mut m = edge_gateway(net);
     m.push_str(&backend("apps", "svc", net.echo_a(), true));
     m.push_str(
         "---

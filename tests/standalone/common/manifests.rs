@@ -77,9 +77,9 @@ pub fn single_route(net: Net, hostnames: &[&str]) -> String {
     m
 }
 
-/// [`single_route`] without its route: class, Gateway `default/edge` at .5 with one
-/// HTTP listener, Service `svc` -> echo a.
-pub fn serving_infra(net: Net) -> String {
+/// The class `aether` and Gateway `default/edge` at .5 with listener `http` on 8080:
+/// what most tests serve on.
+pub fn edge_gateway(net: Net) -> String {
     let mut m = gateway_class("aether", CONTROLLER);
     m.push_str(&gateway(
         "default",
@@ -87,6 +87,13 @@ pub fn serving_infra(net: Net) -> String {
         Some(&net.ip_str(5)),
         &[("http", LISTENER_PORT)],
     ));
+    m
+}
+
+/// [`single_route`] without its route: class, Gateway `default/edge` at .5 with one
+/// HTTP listener, Service `svc` -> echo a.
+pub fn serving_infra(net: Net) -> String {
+    let mut m = edge_gateway(net);
     m.push_str(&backend("default", "svc", net.echo_a(), true));
     m
 }
@@ -98,13 +105,7 @@ pub fn namespace(name: &str) -> String {
 /// The usual infrastructure: class `aether`, Gateway `default/edge` at `.5` with listener
 /// `http` on 8080, Services `svc-a` -> echo a and `svc-b` -> echo b.
 pub fn standard_infra(net: Net) -> String {
-    let mut s = gateway_class("aether", CONTROLLER);
-    s.push_str(&gateway(
-        "default",
-        "edge",
-        Some(&net.ip_str(5)),
-        &[("http", LISTENER_PORT)],
-    ));
+    let mut s = edge_gateway(net);
     s.push_str(&backend("default", "svc-a", net.echo_a(), true));
     s.push_str(&backend("default", "svc-b", net.echo_b(), true));
     s
