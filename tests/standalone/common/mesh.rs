@@ -190,26 +190,6 @@ impl TestEnv {
         self.spawn(label, &args)
     }
 
-    /// Waits for admin `/readyz` to be 200.
-    pub async fn wait_ready(&self, proc: &mut Proc) -> TestResult {
-        let net = self.net;
-        eventually("edge admin /readyz is 200", EVENTUALLY, || {
-            let alive = proc.check_alive();
-            async move {
-                alive?;
-                let r = admin_get(net, "/readyz").await?;
-                ensure!(
-                    r.status == StatusCode::OK,
-                    "admin /readyz answered {}: {}",
-                    r.status,
-                    r.text()
-                );
-                Ok(())
-            }
-        })
-        .await
-    }
-
     /// Starts the mesh edge with `flags` and waits until it is ready and its
     /// Gateway's listener answers.
     pub async fn spawn_serving_mesh_edge(&self, flags: &[String]) -> Result<Proc, BoxError> {

@@ -183,6 +183,12 @@ impl TestEnv {
         ]);
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let mut proc = self.spawn(label, &args)?;
+        self.wait_ready(&mut proc).await?;
+        Ok(proc)
+    }
+
+    /// Waits for admin `/readyz` to be 200.
+    pub async fn wait_ready(&self, proc: &mut Proc) -> TestResult {
         let net = self.net;
         eventually("edge admin /readyz is 200", EVENTUALLY, || {
             let alive = proc.check_alive();
@@ -191,14 +197,14 @@ impl TestEnv {
                 let r = admin_get(net, "/readyz").await?;
                 ensure!(
                     r.status == StatusCode::OK,
-                    "admin /readyz answered {}",
-                    r.status
+                    "admin /readyz answered {}: {}",
+                    r.status,
+                    r.text()
                 );
                 Ok(())
             }
         })
-        .await?;
-        Ok(proc)
+        .await
     }
 
     /// Waits until the data-plane listener at `addr` answers `/aether/readyz` 200.
