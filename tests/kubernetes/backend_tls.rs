@@ -9,7 +9,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{Net, Wait, apply, edge, eventually_some};
+use crate::{Net, Wait, apply, edge, eventually_some, m, put};
 
 const NS: &str = "btls";
 
@@ -23,15 +23,11 @@ async fn objects(client: &Client) {
                "spec": {"ports": [{"name": "https", "port": 443}]}}),
     )
     .await;
-    apply(
-        &Api::<HttpRoute>::namespaced(client.clone(), NS),
-        "r",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-               "metadata": {"name": "r", "namespace": NS},
-               "spec": {"parentRefs": [{"name": "gw"}],
-                        "rules": [{"backendRefs": [{"name": "secure", "port": 443}]}]}}),
-    )
-    .await;
+    let route = m::HttpRoute::test("r")
+        .namespace(NS)
+        .parent("gw")
+        .backend("secure", 443);
+    put::<HttpRoute>(client, &route).await;
     apply(
         &Api::<BackendTlsPolicy>::namespaced(client.clone(), NS),
         "p",

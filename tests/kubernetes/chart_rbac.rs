@@ -16,7 +16,8 @@ use serde_json::{Value, json};
 
 use crate::cluster::{BoxError, Cluster, USER};
 use crate::{
-    Edge, Net, Wait, apply, class_and_namespaces, eventually_some, get, programmed, service_ports,
+    Edge, Net, Wait, apply, class_and_namespaces, eventually_some, get, m, programmed, put,
+    service_ports,
 };
 
 /// Applies the chart's ClusterRole and Role as rendered, and binds USER to them (the
@@ -85,26 +86,14 @@ async fn the_charts_rbac_is_enough_to_serve_a_gateway() -> Result<(), BoxError> 
     let client = cluster.client().await?;
     class_and_namespaces(&client, &["team"]).await;
     chart_roles(&client).await?;
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), "team"),
-        "gw",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "gw", "namespace": "team"},
-               "spec": {"gatewayClassName": "aether",
-                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
-    )
-    .await;
+    crate::http_gateway(&client, "team").await;
     let routes = Api::<HttpRoute>::namespaced(client.clone(), "team");
-    apply(
-        &routes,
-        "r",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-               "metadata": {"name": "r", "namespace": "team"},
-               "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["app.example.com"],
-                        "rules": [{"filters": [{"type": "RequestRedirect",
-                            "requestRedirect": {"hostname": "moved.example.com", "statusCode": 302}}]}]}}),
-    )
-    .await;
+    let route = m::HttpRoute::test("r")
+        .namespace("team")
+        .parent("gw")
+        .hostname("app.example.com")
+        .redirect("moved.example.com", 302);
+    put::<HttpRoute>(&client, &route).await;
     // Internal ports on a loopback network of its own: the port range is shared.
     let listen = Net::allocate().ip_str(1);
     let mut edge = Edge::new(&cluster, &listen, "chart-rbac")

@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -15,6 +14,7 @@ use serde_json::json;
 use crate::cluster::{BoxError, Cluster};
 use crate::{
     Edge, Net, Wait, admin_get, apply, class_and_namespaces, edge_pods, eventually_some, free_port,
+    m, put,
 };
 use aether_test_support::metric;
 
@@ -74,24 +74,12 @@ async fn churn_of_unrelated_endpoints_does_not_reconcile() -> Result<(), BoxErro
         )
         .await;
     }
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), "churn"),
-        "gw",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "gw", "namespace": "churn"},
-               "spec": {"gatewayClassName": "aether",
-                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
-    )
-    .await;
-    apply(
-        &Api::<HttpRoute>::namespaced(client.clone(), "churn"),
-        "echo",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-               "metadata": {"name": "echo", "namespace": "churn"},
-               "spec": {"parentRefs": [{"name": "gw"}],
-                        "rules": [{"backendRefs": [{"name": "echo", "port": 8080}]}]}}),
-    )
-    .await;
+    crate::http_gateway(&client, "churn").await;
+    let route = m::HttpRoute::test("echo")
+        .namespace("churn")
+        .parent("gw")
+        .backend("echo", 8080);
+    put::<HttpRoute>(&client, &route).await;
     let port = free_port();
     let admin = SocketAddr::from(([127, 0, 0, 1], port));
     let listen = Net::allocate().ip_str(1);

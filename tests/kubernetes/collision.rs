@@ -11,7 +11,9 @@ use kube::api::DeleteParams;
 use serde_json::json;
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{Net, Wait, apply, class_and_namespaces, edge, edge_pods, eventually_some, programmed};
+use crate::{
+    Net, Wait, apply, class_and_namespaces, edge, edge_pods, eventually_some, m, programmed, put,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_we_do_not_own_is_left_alone() -> Result<(), BoxError> {
@@ -30,15 +32,8 @@ async fn a_service_we_do_not_own_is_left_alone() -> Result<(), BoxError> {
                "spec": {"ports": [{"name": "theirs", "port": 1234}]}}),
     )
     .await;
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), "taken"),
-        "x",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "x", "namespace": "taken"},
-               "spec": {"gatewayClassName": "aether",
-                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
-    )
-    .await;
+    let gw = m::Gateway::test("x").namespace("taken").http("http", 80);
+    put::<Gateway>(&client, &gw).await;
     let listen = Net::allocate().ip_str(1);
     let _edge = edge(&cluster, &listen, "collision");
     let gateways = Api::<Gateway>::namespaced(client.clone(), "taken");

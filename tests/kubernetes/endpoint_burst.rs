@@ -88,16 +88,12 @@ async fn a_thousand_slice_updates_are_served_throughout_and_recompile_one_route(
     echo_slice(&client, &BACKENDS).await;
     crate::http_gateway(&client, NS).await;
     route(&client, "echo", "echo.example.com", "echo").await;
-    apply(
-        &Api::<HttpRoute>::namespaced(client.clone(), NS),
-        "live",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-               "metadata": {"name": "live", "namespace": NS},
-               "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["live.example.com"],
-                        "rules": [{"filters": [{"type": "RequestRedirect",
-                            "requestRedirect": {"hostname": "moved.example.com", "statusCode": 302}}]}]}}),
-    )
-    .await;
+    let live = m::HttpRoute::test("live")
+        .namespace(NS)
+        .parent("gw")
+        .hostname("live.example.com")
+        .redirect("moved.example.com", 302);
+    put::<HttpRoute>(&client, &live).await;
     for i in 0..OTHER_ROUTES {
         route(
             &client,

@@ -10,7 +10,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{Net, Wait, apply, edge, eventually_some};
+use crate::{Net, Wait, apply, edge, eventually_some, m, put};
 
 fn tcp_routes(client: &Client) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "TCPRoute");
@@ -25,18 +25,13 @@ async fn tcp_routes_get_status_and_udp_listeners_udp_service_ports() -> Result<(
     };
     let client = cluster.client().await?;
     crate::class_and_namespaces(&client, &["l4"]).await;
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), "l4"),
-        "db",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "db", "namespace": "l4",
-                            "annotations": {"aether.io/port-range.apps": "30000-30009"}},
-               "spec": {"gatewayClassName": "aether", "listeners": [
-                   {"name": "pg", "port": 5432, "protocol": "TCP"},
-                   {"name": "dns", "port": 53, "protocol": "UDP"},
-                   {"name": "apps", "port": 30000, "protocol": "TCP"}]}}),
-    )
-    .await;
+    let gw = m::Gateway::test("db")
+        .namespace("l4")
+        .annotation("aether.io/port-range.apps", "30000-30009")
+        .listener(json!({"name": "pg", "port": 5432, "protocol": "TCP"}))
+        .listener(json!({"name": "dns", "port": 53, "protocol": "UDP"}))
+        .listener(json!({"name": "apps", "port": 30000, "protocol": "TCP"}));
+    put::<Gateway>(&client, &gw).await;
     apply(
         &tcp_routes(&client),
         "pg",

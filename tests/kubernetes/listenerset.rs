@@ -11,7 +11,7 @@ use kube::Api;
 use serde_json::json;
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{Net, Wait, apply, edge, eventually_some, get, service_ports};
+use crate::{Net, Wait, apply, edge, eventually_some, get, m, put, service_ports};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listenersets_get_service_ports_traffic_and_status() -> Result<(), BoxError> {
@@ -20,16 +20,11 @@ async fn listenersets_get_service_ports_traffic_and_status() -> Result<(), BoxEr
     };
     let client = cluster.client().await?;
     crate::class_and_namespaces(&client, &["lsk"]).await;
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), "lsk"),
-        "gw",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "gw", "namespace": "lsk"},
-               "spec": {"gatewayClassName": "aether",
-                        "allowedListeners": {"namespaces": {"from": "Same"}},
-                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
-    )
-    .await;
+    let gw = m::Gateway::test("gw")
+        .namespace("lsk")
+        .spec("allowedListeners", json!({"namespaces": {"from": "Same"}}))
+        .http("http", 80);
+    put::<Gateway>(&client, &gw).await;
     apply(
         &Api::<ListenerSet>::namespaced(client.clone(), "lsk"),
         "extra",
@@ -41,17 +36,14 @@ async fn listenersets_get_service_ports_traffic_and_status() -> Result<(), BoxEr
     )
     .await;
     // Answered at the edge: the API server refuses loopback endpoints.
-    apply(
-        &Api::<HttpRoute>::namespaced(client.clone(), "lsk"),
-        "on-set",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-               "metadata": {"name": "on-set", "namespace": "lsk"},
-               "spec": {"parentRefs": [{"group": "gateway.networking.k8s.io",
-                                        "kind": "ListenerSet", "name": "extra"}],
-                        "rules": [{"filters": [{"type": "RequestRedirect",
-                            "requestRedirect": {"hostname": "moved.example.com", "statusCode": 302}}]}]}}),
-    )
-    .await;
+    let route = m::HttpRoute::test("on-set")
+        .namespace("lsk")
+        .parent_ref(
+            json!({"group": "gateway.networking.k8s.io", "kind": "ListenerSet",
+                           "name": "extra"}),
+        )
+        .redirect("moved.example.com", 302);
+    put::<HttpRoute>(&client, &route).await;
     let listen = Net::allocate().ip(1);
     let _edge = edge(&cluster, &listen.to_string(), "listenerset");
 

@@ -27,6 +27,7 @@ mod shared;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use aether_test_support::manifest::{self as m, Manifest};
 use aether_test_support::{
@@ -170,6 +171,27 @@ where
         body.clone(),
     )
     .await;
+}
+
+/// How many times the objects `a` and `b` were written during `window`: their
+/// resourceVersions, sampled every 50 ms while both exist (the first version seen of
+/// each is not a write).
+async fn writes_during<A, B>(window: Duration, a: (&Api<A>, &str), b: (&Api<B>, &str)) -> usize
+where
+    A: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    B: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    use kube::ResourceExt;
+    let mut seen = std::collections::BTreeSet::new();
+    let end = Instant::now() + window;
+    while Instant::now() < end {
+        if let (Ok(x), Ok(y)) = (a.0.get(a.1).await, b.0.get(b.1).await) {
+            seen.insert(("a", x.resource_version().unwrap_or_default()));
+            seen.insert(("b", y.resource_version().unwrap_or_default()));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    seen.len().saturating_sub(2)
 }
 
 /// Gateway `gw` in `ns` of class `aether`, with one HTTP listener on port 80.

@@ -167,14 +167,11 @@ async fn a_forbidden_service_write_is_a_condition_a_log_line_and_no_hot_loop()
     gateway(&client, "open", "gw").await;
     gateway(&client, "locked", "gw").await;
     let locked_routes = Api::<HttpRoute>::namespaced(client.clone(), "locked");
-    apply(
-        &locked_routes,
-        "r",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-               "metadata": {"name": "r", "namespace": "locked"},
-               "spec": {"parentRefs": [{"name": "gw"}], "rules": [{}]}}),
-    )
-    .await;
+    let route = m::HttpRoute::test("r")
+        .namespace("locked")
+        .parent("gw")
+        .rule();
+    put::<HttpRoute>(&client, &route).await;
     let before_status = forbidden(&cluster, "httproutes");
     let before = forbidden(&cluster, "services");
     let started = Instant::now();

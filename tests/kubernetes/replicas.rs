@@ -1,7 +1,7 @@
 //! Two replicas at once: they converge with a bounded number of writes and no
 //! flapping, and the writer Lease moves to the survivor when its holder dies.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
@@ -19,16 +19,7 @@ use crate::{Net, Wait, edge, eventually_some, programmed, setup};
 async fn count_writes(client: &Client, window: Duration) -> usize {
     let gateways = Api::<Gateway>::namespaced(client.clone(), "one");
     let routes = Api::<HttpRoute>::namespaced(client.clone(), "one");
-    let mut seen = std::collections::BTreeSet::new();
-    let end = Instant::now() + window;
-    while Instant::now() < end {
-        if let (Ok(g), Ok(r)) = (gateways.get("a").await, routes.get("echo").await) {
-            seen.insert(("g", g.metadata.resource_version.unwrap_or_default()));
-            seen.insert(("r", r.metadata.resource_version.unwrap_or_default()));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    seen.len().saturating_sub(2)
+    crate::writes_during(window, (&gateways, "a"), (&routes, "echo")).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,8 +2,7 @@
 //! watches resume, a change made after the restart is reconciled, and nothing is
 //! written twice.
 
-use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gateway_api::gateways::Gateway;
 use k8s_openapi::api::core::v1::Service;
@@ -25,16 +24,7 @@ async fn gateway(client: &Client, listeners: serde_json::Value) {
 async fn writes(client: &Client, window: Duration) -> usize {
     let gateways = Api::<Gateway>::namespaced(client.clone(), "r");
     let services = Api::<Service>::namespaced(client.clone(), "r");
-    let mut seen = BTreeSet::new();
-    let end = Instant::now() + window;
-    while Instant::now() < end {
-        if let (Ok(g), Ok(s)) = (gateways.get("g").await, services.get("g-aether").await) {
-            seen.insert(("g", g.metadata.resource_version.unwrap_or_default()));
-            seen.insert(("s", s.metadata.resource_version.unwrap_or_default()));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    seen.len().saturating_sub(2)
+    crate::writes_during(window, (&gateways, "g"), (&services, "g-aether")).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

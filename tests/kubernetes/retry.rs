@@ -6,7 +6,6 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
@@ -60,15 +59,7 @@ async fn httproute_retry_is_read_from_the_api_server() -> Result<(), BoxError> {
     let client = cluster.client().await?;
     crate::class_and_namespaces(&client, &["retries"]).await;
     install_experimental_httproute_crd(&client).await?;
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), "retries"),
-        "gw",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "gw", "namespace": "retries"},
-               "spec": {"gatewayClassName": "aether",
-                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
-    )
-    .await;
+    crate::http_gateway(&client, "retries").await;
     // The new schema takes a moment to apply: re-apply until the server keeps the field.
     let raw: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
