@@ -8,10 +8,7 @@ use std::sync::{Arc, Mutex};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use rustls::pki_types::PrivateKeyDer;
-use rustls::pki_types::pem::PemObject;
 use tokio::task::JoinHandle;
-use tokio_rustls::TlsAcceptor;
 use tonic::Code;
 use tonic::codegen::Service as _;
 use tonic::transport::Endpoint;
@@ -31,15 +28,7 @@ async fn tls_health_server(
     reporter
         .set_service_status("aether.Test", ServingStatus::Serving)
         .await;
-    let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes())?;
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_no_client_auth()
-    .with_single_cert(vec![leaf.cert_der.clone()], key)?;
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let acceptor = leaf.acceptor(&[b"h2"])?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let snis: Arc<Mutex<Vec<String>>> = Arc::default();
     let seen = Arc::clone(&snis);
