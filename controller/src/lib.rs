@@ -15,6 +15,9 @@ pub mod status;
 pub mod store;
 pub mod tls_secret;
 
+#[cfg(test)]
+pub(crate) mod testing;
+
 pub use k8s_openapi::jiff::Timestamp;
 pub use reconcile::{Outcome, Reconciler, Settings, reconcile};
 pub use status::Statuses;

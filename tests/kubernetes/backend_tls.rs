@@ -9,7 +9,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{apply, edge, eventually};
+use crate::{Net, Wait, apply, edge, eventually_some, m, put};
 
 const NS: &str = "btls";
 
@@ -23,15 +23,11 @@ async fn objects(client: &Client) {
                "spec": {"ports": [{"name": "https", "port": 443}]}}),
     )
     .await;
-    apply(
-        &Api::<HttpRoute>::namespaced(client.clone(), NS),
-        "r",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-               "metadata": {"name": "r", "namespace": NS},
-               "spec": {"parentRefs": [{"name": "gw"}],
-                        "rules": [{"backendRefs": [{"name": "secure", "port": 443}]}]}}),
-    )
-    .await;
+    let route = m::HttpRoute::test("r")
+        .namespace(NS)
+        .parent("gw")
+        .backend("secure", 443);
+    put::<HttpRoute>(client, &route).await;
     apply(
         &Api::<BackendTlsPolicy>::namespaced(client.clone(), NS),
         "p",
@@ -69,10 +65,12 @@ async fn backend_tls_policy_status_follows_its_ca_config_map() -> Result<(), Box
     let client = cluster.client().await?;
     crate::class_and_namespaces(&client, &[NS]).await;
     objects(&client).await;
-    let _edge = edge(&cluster, "127.0.0.52", "btls");
+    let listen = Net::allocate().ip_str(1);
+    let _edge = edge(&cluster, &listen, "btls");
     let policies = Api::<BackendTlsPolicy>::namespaced(client.clone(), NS);
-    eventually(
+    eventually_some(
         "NoValidCACertificate while the ConfigMap is missing",
+        Wait::API,
         || async {
             let r = reasons(&policies).await?;
             (r == (
@@ -82,7 +80,7 @@ async fn backend_tls_policy_status_follows_its_ca_config_map() -> Result<(), Box
                 .then_some(())
         },
     )
-    .await;
+    .await?;
 
     let mut params = rcgen::CertificateParams::new(Vec::<String>::new())?;
     params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -94,10 +92,10 @@ async fn backend_tls_policy_status_follows_its_ca_config_map() -> Result<(), Box
                "metadata": {"name": "ca", "namespace": NS}, "data": {"ca.crt": pem}}),
     )
     .await;
-    eventually("Accepted once the ConfigMap exists", || async {
+    eventually_some("Accepted once the ConfigMap exists", Wait::API, || async {
         let r = reasons(&policies).await?;
         (r == ("True/Accepted".to_owned(), "True/ResolvedRefs".to_owned())).then_some(())
     })
-    .await;
-    Ok(())
+    .await?;
+    cluster.pass()
 }

@@ -2,7 +2,6 @@
 //! apply to the real API server: every object it renders must be accepted as written
 //! (built-in kinds by the server's own validation, GatewayClass by the official CRD).
 
-use std::path::Path;
 use std::process::Command;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -14,18 +13,8 @@ use crate::cluster::{BoxError, Cluster};
 
 /// Renders the chart with `helm template` (tests/chart/tools.sh fetches Helm once).
 pub(crate) fn render(values: Option<&str>) -> Result<String, BoxError> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let tools = Command::new("bash")
-        .arg(root.join("tests/chart/tools.sh"))
-        .output()?;
-    if !tools.status.success() {
-        return Err(format!(
-            "tests/chart/tools.sh failed: {}",
-            String::from_utf8_lossy(&tools.stderr)
-        )
-        .into());
-    }
-    let helm = String::from_utf8(tools.stdout)?.trim().to_owned();
+    let root = aether_test_support::repo_root();
+    let helm = aether_test_support::required_tool("tests/chart/tools.sh")?;
     let mut cmd = Command::new(helm);
     cmd.args(["template", "aether-edge"])
         .arg(root.join("charts/aether-edge"))
@@ -117,22 +106,18 @@ fn args_are_accepted(cluster: &Cluster, yaml: &str) -> Result<(), BoxError> {
             None => a.to_owned(),
         })
         .collect();
-    let port = crate::free_port();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_aether-edge"))
-        .args(&args)
-        .arg(format!("--admin=127.0.0.1:{port}"))
-        .env("KUBECONFIG", &cluster.kubeconfig)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()?;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_aether-edge"));
+    cmd.args(&args)
+        .arg(format!("--admin=127.0.0.1:{}", crate::free_port()))
+        .env("KUBECONFIG", &cluster.kubeconfig);
+    let mut edge = cluster.proc(cmd, "edge-chart-args")?;
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    let exited = child.try_wait()?;
-    let _ = child.kill();
-    let out = child.wait_with_output()?;
+    let exited = edge.try_exit()?;
+    edge.kill()?;
     assert!(
         exited.is_none(),
         "aether-edge {args:?} exited at once ({exited:?}): {}",
-        String::from_utf8_lossy(&out.stderr)
+        edge.log()
     );
     Ok(())
 }
@@ -181,5 +166,5 @@ async fn chart_applies_to_a_real_apiserver() -> Result<(), BoxError> {
         .get("aether")
         .await?;
     assert_eq!(class.spec.controller_name, "aether.io/edge");
-    Ok(())
+    cluster.pass()
 }

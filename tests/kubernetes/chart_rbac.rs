@@ -15,11 +15,10 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::cluster::{BoxError, Cluster, USER};
-use crate::{apply, class_and_namespaces, edge_as, eventually, get, programmed, service_ports};
-
-/// Where this test's edge binds its internal ports: its own loopback address, so
-/// they never collide with those of tests running beside it (the port range is shared).
-const LISTEN: &str = "127.0.0.84";
+use crate::{
+    Edge, Net, Wait, apply, class_and_namespaces, eventually_some, get, m, programmed, put,
+    service_ports,
+};
 
 /// Applies the chart's ClusterRole and Role as rendered, and binds USER to them (the
 /// chart binds its ServiceAccount; a token user stands in for it here). Returns the
@@ -87,41 +86,27 @@ async fn the_charts_rbac_is_enough_to_serve_a_gateway() -> Result<(), BoxError> 
     let client = cluster.client().await?;
     class_and_namespaces(&client, &["team"]).await;
     chart_roles(&client).await?;
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), "team"),
-        "gw",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "gw", "namespace": "team"},
-               "spec": {"gatewayClassName": "aether",
-                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
-    )
-    .await;
+    crate::http_gateway(&client, "team").await;
     let routes = Api::<HttpRoute>::namespaced(client.clone(), "team");
-    apply(
-        &routes,
-        "r",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-               "metadata": {"name": "r", "namespace": "team"},
-               "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["app.example.com"],
-                        "rules": [{"filters": [{"type": "RequestRedirect",
-                            "requestRedirect": {"hostname": "moved.example.com", "statusCode": 302}}]}]}}),
-    )
-    .await;
-    let mut edge = edge_as(
-        &cluster,
-        &cluster.user_kubeconfig,
-        LISTEN,
-        "chart-rbac",
-        &[],
-    );
+    let route = m::HttpRoute::test("r")
+        .namespace("team")
+        .parent("gw")
+        .hostname("app.example.com")
+        .redirect("moved.example.com", 302);
+    put::<HttpRoute>(&client, &route).await;
+    // Internal ports on a loopback network of its own: the port range is shared.
+    let listen = Net::allocate().ip_str(1);
+    let mut edge = Edge::new(&cluster, &listen, "chart-rbac")
+        .kubeconfig(&cluster.user_kubeconfig)
+        .start();
 
     // Its Service and EndpointSlice are written.
     let (_, ports) = service_ports(&client, "team", "gw").await;
     let slices = Api::<EndpointSlice>::namespaced(client.clone(), "team");
-    eventually("the Gateway's EndpointSlice", || async {
+    eventually_some("the Gateway's EndpointSlice", Wait::API, || async {
         slices.get_opt("gw-aether").await.ok().flatten()
     })
-    .await;
+    .await?;
     // Status is written: the route's, and the Gateway's once it has an address.
     Api::<Service>::namespaced(client.clone(), "team")
         .patch_status(
@@ -131,12 +116,12 @@ async fn the_charts_rbac_is_enough_to_serve_a_gateway() -> Result<(), BoxError> 
         )
         .await?;
     let gateways = Api::<Gateway>::namespaced(client.clone(), "team");
-    eventually("Programmed=True", || async {
+    eventually_some("Programmed=True", Wait::API, || async {
         let gw = gateways.get("gw").await.ok()?;
         (programmed(&gw)? == ("True".into(), "Programmed".into())).then_some(())
     })
-    .await;
-    eventually("the route's Accepted=True", || async {
+    .await?;
+    eventually_some("the route's Accepted=True", Wait::API, || async {
         let r = routes.get("r").await.ok()?;
         let parent = r.status?.parents.into_iter().next()?;
         parent
@@ -145,17 +130,17 @@ async fn the_charts_rbac_is_enough_to_serve_a_gateway() -> Result<(), BoxError> 
             .any(|c| c.type_ == "Accepted" && c.status == "True")
             .then_some(())
     })
-    .await;
+    .await?;
     // Traffic is answered.
     let internal = u16::try_from(ports.first().ok_or("no Service port")?.1)?;
-    let addr = SocketAddr::new(LISTEN.parse()?, internal);
-    eventually("traffic through the internal port", || async {
+    let addr = SocketAddr::new(listen.parse()?, internal);
+    eventually_some("traffic through the internal port", Wait::API, || async {
         get(addr, "app.example.com")
             .await
             .ok()
-            .filter(|r| r.starts_with("HTTP/1.1 302"))
+            .filter(|r| r.status == 302)
     })
-    .await;
+    .await?;
 
     // Not one write refused (the audit log records every write the user made), and
     // the edge never saw a refusal, reads included.
@@ -166,11 +151,11 @@ async fn the_charts_rbac_is_enough_to_serve_a_gateway() -> Result<(), BoxError> 
         .collect();
     assert!(writes.len() >= 4, "too few writes audited: {writes:?}");
     assert!(refused.is_empty(), "refused: {refused:?}");
-    let log = std::fs::read_to_string(cluster.dir.path().join("edge-chart-rbac.log"))?;
+    let log = edge.log();
     assert!(
         !log.contains("forbidden") && !log.contains("Forbidden"),
         "the edge met a refusal:\n{log}"
     );
-    assert!(edge.0.try_wait()?.is_none(), "the edge exited");
-    Ok(())
+    assert!(edge.try_exit()?.is_none(), "the edge exited");
+    cluster.pass()
 }

@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -13,18 +12,11 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{admin_get, apply, class_and_namespaces, edge_at, edge_pods, eventually, free_port};
-
-/// The sum of a counter's series in the edge's /metrics.
-pub(crate) async fn counter(admin: SocketAddr, name: &str) -> Option<f64> {
-    let text = admin_get(admin, "/metrics").await?;
-    Some(
-        text.lines()
-            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum(),
-    )
-}
+use crate::{
+    Edge, Net, Wait, admin_get, apply, class_and_namespaces, edge_pods, eventually_some, free_port,
+    m, put,
+};
+use aether_test_support::metric;
 
 async fn slice(client: &Client, service: &str, ip: &str) {
     let name = format!("{service}-abcde");
@@ -50,8 +42,9 @@ pub(crate) async fn quiet_reloads(admin: SocketAddr) -> f64 {
     let mut since = Instant::now();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let now = counter(admin, "aether_config_reloads_total")
+        let now = metric(admin, "aether_config_reloads_total")
             .await
+            .ok()
             .unwrap_or(-1.0);
         if now != last {
             (last, since) = (now, Instant::now());
@@ -81,62 +74,56 @@ async fn churn_of_unrelated_endpoints_does_not_reconcile() -> Result<(), BoxErro
         )
         .await;
     }
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), "churn"),
-        "gw",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "gw", "namespace": "churn"},
-               "spec": {"gatewayClassName": "aether",
-                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
-    )
-    .await;
-    apply(
-        &Api::<HttpRoute>::namespaced(client.clone(), "churn"),
-        "echo",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-               "metadata": {"name": "echo", "namespace": "churn"},
-               "spec": {"parentRefs": [{"name": "gw"}],
-                        "rules": [{"backendRefs": [{"name": "echo", "port": 8080}]}]}}),
-    )
-    .await;
+    crate::http_gateway(&client, "churn").await;
+    let route = m::HttpRoute::test("echo")
+        .namespace("churn")
+        .parent("gw")
+        .backend("echo", 8080);
+    put::<HttpRoute>(&client, &route).await;
     let port = free_port();
     let admin = SocketAddr::from(([127, 0, 0, 1], port));
-    let _edge = edge_at(&cluster, "127.0.0.63", "churn", port, &[]);
+    let listen = Net::allocate().ip_str(1);
+    let _edge = Edge::new(&cluster, &listen, "churn").admin(port).start();
     let routes = Api::<HttpRoute>::namespaced(client.clone(), "churn");
-    eventually("the route's status", || async {
+    eventually_some("the route's status", Wait::API, || async {
         let r = routes.get("echo").await.ok()?;
         (!r.status?.parents.is_empty()).then_some(())
     })
-    .await;
+    .await?;
 
     let reloads = quiet_reloads(admin).await;
-    let ignored = counter(admin, "aether_endpoint_events_ignored_total")
+    let ignored = metric(admin, "aether_endpoint_events_ignored_total")
         .await
+        .ok()
         .unwrap_or(0.0);
     for i in 0..20 {
         slice(&client, "unrelated", &format!("10.2.0.{}", i + 1)).await;
     }
-    eventually("20 ignored endpoint events", || async {
-        let now = counter(admin, "aether_endpoint_events_ignored_total").await?;
+    eventually_some("20 ignored endpoint events", Wait::API, || async {
+        let now = metric(admin, "aether_endpoint_events_ignored_total")
+            .await
+            .ok()?;
         (now - ignored >= 20.0).then_some(())
     })
-    .await;
+    .await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
-        counter(admin, "aether_config_reloads_total").await,
+        metric(admin, "aether_config_reloads_total").await.ok(),
         Some(reloads),
         "a slice of a Service no route names reconciled"
     );
 
     // The route's own Service: reconciled, and its endpoint is in the served config.
     slice(&client, "echo", "10.2.1.1").await;
-    eventually("the new endpoint in /config_dump", || async {
+    eventually_some("the new endpoint in /config_dump", Wait::API, || async {
         admin_get(admin, "/config_dump")
-            .await?
+            .await
+            .ok()?
+            .text()
             .contains("10.2.1.1:8080")
             .then_some(())
     })
-    .await;
-    assert!(counter(admin, "aether_config_reloads_total").await > Some(reloads));
-    Ok(())
+    .await?;
+    assert!(metric(admin, "aether_config_reloads_total").await.ok() > Some(reloads));
+    cluster.pass()
 }

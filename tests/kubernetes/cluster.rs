@@ -3,7 +3,9 @@
 //! data, with the official Gateway API CRDs installed. Killed on drop.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -13,9 +15,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, Client};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 
-use crate::ports::free_port;
-
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub use aether_test_support::BoxError;
+use aether_test_support::{Proc, free_port, repo_root, required_tool, test_tool};
 
 const TOKEN: &str = "aether-test-token";
 /// A second, unprivileged user: no groups but `system:authenticated`, so it may do only
@@ -31,9 +32,12 @@ pub struct Cluster {
     /// A kubeconfig for [`USER`].
     pub user_kubeconfig: PathBuf,
     /// etcd, then the apiserver.
-    procs: Vec<Child>,
+    procs: Vec<Proc>,
     /// How the apiserver was started, to start it again.
     apiserver: (PathBuf, Vec<String>),
+    /// Set by [`Cluster::pass`]: until then, the processes started for the test
+    /// ([`Cluster::proc`]) print their logs when they go.
+    passed: Arc<AtomicBool>,
 }
 
 /// Clusters running at once. Each test starts its own etcd and apiserver (plus edges);
@@ -75,25 +79,8 @@ impl Drop for ClusterSlot {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        if std::thread::panicking() {
-            // The test failed: show what the edges said before the logs go with the
-            // temporary directory.
-            for entry in std::fs::read_dir(self.dir.path())
-                .into_iter()
-                .flatten()
-                .flatten()
-            {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if name.starts_with("edge-") {
-                    let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
-                    eprintln!("===== {name} =====\n{}", text.trim_end());
-                }
-            }
-        }
-        for p in &mut self.procs {
-            let _ = p.kill();
-            let _ = p.wait();
-        }
+        // Killed before the fields go: the slot, and the directory they write to.
+        self.procs.clear();
     }
 }
 
@@ -118,24 +105,10 @@ pub fn crds_dir() -> Result<Option<PathBuf>, BoxError> {
 /// Runs one of tests/k8s/'s scripts, which print a path, or exit 3 when there is no
 /// Go toolchain to make what they provide.
 fn from_script(script: &str, what: &str) -> Result<Option<PathBuf>, BoxError> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new("bash")
-        .arg(root.join(script))
-        .stderr(Stdio::inherit())
-        .output()?;
-    match out.status.code() {
-        Some(0) => Ok(Some(PathBuf::from(String::from_utf8(out.stdout)?.trim()))),
-        // CI sets AETHER_REQUIRE_K8S=1: there a missing toolchain is a failure, not a
-        // quietly green suite.
-        Some(3) if std::env::var("AETHER_REQUIRE_K8S").is_ok_and(|v| v == "1") => {
-            Err(format!("no Go toolchain, so no {what}, and AETHER_REQUIRE_K8S=1").into())
-        }
-        Some(3) => {
-            eprintln!("SKIPPED: no Go toolchain, so no {what} to test against");
-            Ok(None)
-        }
-        _ => Err(format!("{script} failed: {}", out.status).into()),
-    }
+    test_tool(
+        script,
+        &format!("no Go toolchain, so no {what} to test against"),
+    )
 }
 
 impl Cluster {
@@ -190,25 +163,18 @@ impl Cluster {
             ),
         )?;
         let (client_port, peer_port, secure_port) = (free_port(), free_port(), free_port());
-        let log = |name: &str| -> Result<Stdio, BoxError> {
-            Ok(std::fs::File::create(d.join(name))?.into())
-        };
         let mut procs = Vec::new();
-        procs.push(
-            Command::new("etcd")
-                .args([
-                    &format!("--data-dir={}", d.join("etcd").display()),
-                    &format!("--listen-client-urls=http://127.0.0.1:{client_port}"),
-                    &format!("--advertise-client-urls=http://127.0.0.1:{client_port}"),
-                    &format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
-                    &format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
-                    &format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
-                    "--unsafe-no-fsync=true",
-                ])
-                .stdout(log("etcd.log")?)
-                .stderr(log("etcd.log")?)
-                .spawn()?,
-        );
+        let mut etcd = Command::new("etcd");
+        etcd.args([
+            &format!("--data-dir={}", d.join("etcd").display()),
+            &format!("--listen-client-urls=http://127.0.0.1:{client_port}"),
+            &format!("--advertise-client-urls=http://127.0.0.1:{client_port}"),
+            &format!("--listen-peer-urls=http://127.0.0.1:{peer_port}"),
+            &format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}"),
+            &format!("--initial-cluster=default=http://127.0.0.1:{peer_port}"),
+            "--unsafe-no-fsync=true",
+        ]);
+        procs.push(Proc::spawn(etcd, "etcd", d)?.silent());
         let file = |n: &str| d.join(n).display().to_string();
         let apiserver_args: Vec<String> = vec![
             format!("--etcd-servers=http://127.0.0.1:{client_port}"),
@@ -230,13 +196,9 @@ impl Cluster {
             format!("--audit-policy-file={}", file("audit-policy.yaml")),
             format!("--audit-log-path={}", file("audit.log")),
         ];
-        procs.push(
-            Command::new(&apiserver)
-                .args(&apiserver_args)
-                .stdout(log("apiserver.log")?)
-                .stderr(log("apiserver.log")?)
-                .spawn()?,
-        );
+        let mut cmd = Command::new(&apiserver);
+        cmd.args(&apiserver_args);
+        procs.push(Proc::spawn(cmd, "apiserver", d)?.silent());
         let kubeconfig_of = |name: &str, user: &str, token: &str| -> Result<PathBuf, BoxError> {
             let path = d.join(name);
             std::fs::write(
@@ -257,6 +219,7 @@ impl Cluster {
             user_kubeconfig,
             procs,
             apiserver: (apiserver.clone(), apiserver_args),
+            passed: Arc::new(AtomicBool::new(false)),
         };
         let client = cluster.client().await?;
         cluster.wait_ready(&client).await?;
@@ -271,24 +234,30 @@ impl Cluster {
     /// waits until it serves: what clients see when the control plane restarts.
     pub async fn restart_apiserver(&mut self, down: std::time::Duration) -> Result<(), BoxError> {
         if let Some(p) = self.procs.get_mut(1) {
-            let _ = p.kill();
-            let _ = p.wait();
+            p.kill()?;
         }
         tokio::time::sleep(down).await;
-        let log = std::fs::OpenOptions::new()
-            .append(true)
-            .open(self.dir.path().join("apiserver.log"))?;
         let (bin, args) = &self.apiserver;
-        let child = Command::new(bin)
-            .args(args)
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()?;
+        let mut cmd = Command::new(bin);
+        cmd.args(args);
+        let restarted = Proc::spawn(cmd, "apiserver-restarted", self.dir.path())?.silent();
         if let Some(slot) = self.procs.get_mut(1) {
-            *slot = child;
+            *slot = restarted;
         }
         let client = self.client().await?;
         self.wait_ready(&client).await
+    }
+
+    /// Starts `cmd` for this test: its logs are `<label>.log` and `<label>.stdout.log`
+    /// in the cluster's directory, printed when it goes unless the test passed.
+    pub fn proc(&self, cmd: Command, label: &str) -> Result<Proc, BoxError> {
+        Ok(Proc::spawn(cmd, label, self.dir.path())?.until_passed(&self.passed))
+    }
+
+    /// Marks the test as passed; call as the last expression of the test.
+    pub fn pass(&self) -> Result<(), BoxError> {
+        self.passed.store(true, Ordering::SeqCst);
+        Ok(())
     }
 
     /// The writes [`USER`] made, as the server's audit log recorded them (one JSON
@@ -309,9 +278,9 @@ impl Cluster {
         Ok(Client::try_from(config)?)
     }
 
+    /// The last lines of the (current) apiserver's log.
     fn log_tail(&self) -> String {
-        let text =
-            std::fs::read_to_string(self.dir.path().join("apiserver.log")).unwrap_or_default();
+        let text = self.procs.get(1).map(Proc::log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
@@ -333,14 +302,9 @@ impl Cluster {
     /// The chart's GEP-5093 patch to the Gateway CRD, applied with a real kubectl the
     /// way docs/kubernetes.md tells users to.
     pub fn patch_routability(&self) -> Result<(), BoxError> {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let tools = Command::new("bash")
-            .arg(root.join("tests/chart/tools.sh"))
-            .stderr(Stdio::inherit())
-            .output()?;
-        if !tools.status.success() {
-            return Err(format!("tests/chart/tools.sh failed: {}", tools.status).into());
-        }
+        let root = repo_root();
+        // tests/chart/tools.sh installs kubectl beside the Helm it prints.
+        required_tool("tests/chart/tools.sh")?;
         let out = Command::new(root.join("target/tools/kubectl/kubectl"))
             .args([
                 "patch",

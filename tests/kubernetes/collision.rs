@@ -11,7 +11,9 @@ use kube::api::DeleteParams;
 use serde_json::json;
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{apply, class_and_namespaces, edge, edge_pods, eventually, programmed};
+use crate::{
+    Net, Wait, apply, class_and_namespaces, edge, edge_pods, eventually_some, m, programmed, put,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_we_do_not_own_is_left_alone() -> Result<(), BoxError> {
@@ -30,22 +32,16 @@ async fn a_service_we_do_not_own_is_left_alone() -> Result<(), BoxError> {
                "spec": {"ports": [{"name": "theirs", "port": 1234}]}}),
     )
     .await;
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), "taken"),
-        "x",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "x", "namespace": "taken"},
-               "spec": {"gatewayClassName": "aether",
-                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
-    )
-    .await;
-    let _edge = edge(&cluster, "127.0.0.64", "collision");
+    let gw = m::Gateway::test("x").namespace("taken").http("http", 80);
+    put::<Gateway>(&client, &gw).await;
+    let listen = Net::allocate().ip_str(1);
+    let _edge = edge(&cluster, &listen, "collision");
     let gateways = Api::<Gateway>::namespaced(client.clone(), "taken");
-    eventually("Programmed=False AddressNotUsable", || async {
+    eventually_some("Programmed=False AddressNotUsable", Wait::API, || async {
         let gw = gateways.get("x").await.ok()?;
         (programmed(&gw)? == ("False".into(), "AddressNotUsable".into())).then_some(())
     })
-    .await;
+    .await?;
     // Status is written after the Services pass: give a wrong write time to land.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let theirs = services.get("x-aether").await?;
@@ -66,11 +62,11 @@ async fn a_service_we_do_not_own_is_left_alone() -> Result<(), BoxError> {
     services
         .delete("x-aether", &DeleteParams::default())
         .await?;
-    eventually("our own Service", || async {
+    eventually_some("our own Service", Wait::API, || async {
         let svc = services.get_opt("x-aether").await.ok()??;
         let port = svc.spec?.ports?.first()?.port;
         (port == 80).then_some(())
     })
-    .await;
-    Ok(())
+    .await?;
+    cluster.pass()
 }

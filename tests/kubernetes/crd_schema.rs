@@ -4,31 +4,20 @@
 //! the chart's patch is applied to the running cluster, the edge sees the CRD change
 //! and writes the routability, no restart.
 
-use gateway_api::gateways::Gateway;
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
-use kube::{Api, Client};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{edge, eventually};
+use crate::{Net, Wait, edge, eventually_some, raw_gateway};
 
 const NS: &str = "stock";
 const LEFT_OUT: &str = "routability is not reported";
 const WARNING: &str = "does not declare status.addresses[].routability";
 
-/// The Gateway as the server holds it, untyped, so a `routability` would be visible.
-async fn raw(client: &Client) -> Option<Value> {
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), NS, &ApiResource::erase::<Gateway>(&()));
-    api.get("gw").await.ok().map(|o| o.data)
-}
-
 fn condition<'a>(gw: &'a Value, ctype: &str) -> Option<&'a Value> {
-    gw["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == ctype)
+    aether_test_support::condition(&gw["status"]["conditions"], ctype).ok()
 }
 
 fn is_true(gw: &Value, ctype: &str) -> bool {
@@ -43,12 +32,13 @@ async fn gateway_status_fits_the_installed_crd_stock_then_patched() -> Result<()
     let client = cluster.client().await?;
     crate::class_and_namespaces(&client, &[NS]).await;
     crate::http_gateway(&client, NS).await;
-    let _edge = edge(&cluster, "127.0.0.65", "stock");
+    let listen = Net::allocate().ip_str(1);
+    let _edge = edge(&cluster, &listen, "stock");
     let services = Api::<Service>::namespaced(client.clone(), NS);
-    eventually("gw's Service", || async {
+    eventually_some("gw's Service", Wait::API, || async {
         services.get_opt("gw-aether").await.ok().flatten()
     })
-    .await;
+    .await?;
     // The load balancer's answer, as a cloud controller would write it.
     services
         .patch_status(
@@ -61,14 +51,18 @@ async fn gateway_status_fits_the_installed_crd_stock_then_patched() -> Result<()
 
     // Stock CRD: written, programmed, the address without routability, and the
     // condition says why.
-    let gw = eventually("stock CRD: Programmed=True with the address", || async {
-        let gw = raw(&client).await?;
-        let addresses = gw["status"]["addresses"].as_array()?.clone();
-        (is_true(&gw, "Programmed")
-            && addresses == vec![json!({"type": "IPAddress", "value": "192.0.2.60"})])
-        .then_some(gw)
-    })
-    .await;
+    let gw = eventually_some(
+        "stock CRD: Programmed=True with the address",
+        Wait::API,
+        || async {
+            let gw = raw_gateway(&client, NS, "gw").await?;
+            let addresses = gw["status"]["addresses"].as_array()?.clone();
+            (is_true(&gw, "Programmed")
+                && addresses == vec![json!({"type": "IPAddress", "value": "192.0.2.60"})])
+            .then_some(gw)
+        },
+    )
+    .await?;
     let message = condition(&gw, "AddressesAssigned").ok_or("no AddressesAssigned")?["message"]
         .as_str()
         .unwrap_or_default()
@@ -88,10 +82,11 @@ async fn gateway_status_fits_the_installed_crd_stock_then_patched() -> Result<()
     // The chart's patch, applied to the running cluster: the edge reads the changed
     // CRD and writes the routability, and the message no longer says it is left out.
     tokio::task::block_in_place(|| cluster.patch_routability())?;
-    eventually(
+    eventually_some(
         "patched CRD: the address with routability External",
+        Wait::API,
         || async {
-            let gw = raw(&client).await?;
+            let gw = raw_gateway(&client, NS, "gw").await?;
             let message = condition(&gw, "AddressesAssigned")?["message"]
                 .as_str()?
                 .to_owned();
@@ -102,12 +97,12 @@ async fn gateway_status_fits_the_installed_crd_stock_then_patched() -> Result<()
             .then_some(())
         },
     )
-    .await;
+    .await?;
     let log = std::fs::read_to_string(&log_path)?;
     assert!(
         log.contains("declares status.addresses[].routability"),
         "the change is logged:\n{log}"
     );
     assert_eq!(log.matches(WARNING).count(), 1, "still once:\n{log}");
-    Ok(())
+    cluster.pass()
 }

@@ -4,7 +4,7 @@
 //! its own pods. Dropping the annotation hands it back to the shared edge.
 
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
@@ -15,59 +15,41 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
+use aether_test_support::manifest::Manifest;
+
 use crate::cluster::{BoxError, Cluster};
 use crate::{
-    Proc, RANGE, apply, class_and_namespaces, edge_pods, edge_with, eventually, eventually_gone,
-    free_port, gateway_slice, get, service_ports,
+    Edge, Net, RANGE, Wait, apply, class_and_namespaces, edge_pods, eventually_gone,
+    eventually_some, free_port, gateway_condition, gateway_slice, get, m, put, service_ports,
 };
 
-/// Loopback addresses of their own, so no other test's edge holds these ports.
-const SHARED: [u8; 4] = [127, 0, 0, 61];
-const DEDICATED: [u8; 4] = [127, 0, 0, 62];
-
+/// Gateway `ns/name` with `annotations` (all of them: applying it again without one
+/// removes it), and a route redirecting to `<name>.example.com`.
 async fn gateway(client: &Client, ns: &str, name: &str, annotations: Value) {
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), ns),
-        name,
-        json!({
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-        "metadata": {"name": name, "namespace": ns, "annotations": annotations},
-        "spec": {"gatewayClassName": "aether",
-                 "infrastructure": {"labels": {"team": "blue"}},
-                 "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
-    )
-    .await;
-    apply(
-        &Api::<HttpRoute>::namespaced(client.clone(), ns),
-        name,
-        json!({
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"parentRefs": [{"name": name}],
-                 "rules": [{"filters": [{"type": "RequestRedirect",
-                     "requestRedirect": {"hostname": format!("{name}.example.com"), "statusCode": 302}}]}]}}),
-    )
-    .await;
+    let gw = m::Gateway::test(name)
+        .namespace(ns)
+        .infrastructure(json!({"labels": {"team": "blue"}}))
+        .http("http", 80);
+    let mut gw = gw.json();
+    gw["metadata"]["annotations"] = annotations;
+    put::<Gateway>(client, &gw).await;
+    let route = m::HttpRoute::test(name)
+        .namespace(ns)
+        .parent(name)
+        .redirect(&format!("{name}.example.com"), 302);
+    put::<HttpRoute>(client, &route).await;
 }
 
 /// Which Gateway answered on `addr`: the redirect target, or None if nothing listens.
 async fn served_by(addr: SocketAddr) -> Option<String> {
     let answer = get(addr, "any.example.com").await.ok()?;
-    answer
-        .to_ascii_lowercase()
-        .lines()
-        .find_map(|l| l.strip_prefix("location: http://").map(str::to_owned))
-        .and_then(|l| l.split('.').next().map(str::to_owned))
+    let location = answer.header("location")?.strip_prefix("http://")?;
+    location.split('.').next().map(str::to_owned)
 }
 
 fn dedicated_condition(gw: &Gateway) -> Option<(String, String)> {
-    gw.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "aether.io/Dedicated")
-        .map(|c| (c.status.clone(), c.reason.clone()))
+    let (status, reason, _) = gateway_condition(gw, "aether.io/Dedicated")?;
+    Some((status, reason))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,18 +64,17 @@ async fn a_dedicated_gateway_is_served_by_its_own_deployment() -> Result<(), Box
     // The pod template the chart would render: here, the flags a dedicated pod needs
     // to run on this machine. The test later runs exactly what the Deployment says.
     let admin = free_port();
+    // Internal ports on loopback networks of their own: the port range is shared.
+    let (shared, dedicated) = (Net::allocate().ip(1), Net::allocate().ip(1));
     let template = format!(
-        "metadata:\n  labels: {{app.kubernetes.io/name: aether-edge}}\nspec:\n  serviceAccountName: aether-edge\n  containers:\n  - name: edge\n    image: example.com/aether-edge:test\n    args: [run, --kubernetes, --admin, '127.0.0.1:{admin}', --internal-port-range, '{RANGE}', --listen-address, '127.0.0.62', --drain-timeout, 1s]\n    ports: [{{name: admin, containerPort: {admin}}}]\n"
+        "metadata:\n  labels: {{app.kubernetes.io/name: aether-edge}}\nspec:\n  serviceAccountName: aether-edge\n  containers:\n  - name: edge\n    image: example.com/aether-edge:test\n    args: [run, --kubernetes, --admin, '127.0.0.1:{admin}', --internal-port-range, '{RANGE}', --listen-address, '{dedicated}', --drain-timeout, 1s]\n    ports: [{{name: admin, containerPort: {admin}}}]\n"
     );
     let template_path = cluster.dir.path().join("pod-template.yaml");
     std::fs::write(&template_path, template)?;
     let template_arg = template_path.display().to_string();
-    let _shared = edge_with(
-        &cluster,
-        "127.0.0.61",
-        "shared",
-        &["--dedicated-pod-template", &template_arg],
-    );
+    let _shared = Edge::new(&cluster, &shared.to_string(), "shared")
+        .args(&["--dedicated-pod-template", &template_arg])
+        .start();
     gateway(&client, "one", "plain", json!({})).await;
     gateway(
         &client,
@@ -105,10 +86,10 @@ async fn a_dedicated_gateway_is_served_by_its_own_deployment() -> Result<(), Box
 
     // The Deployment and pods Service, in the edge's namespace.
     let deployments = Api::<Deployment>::namespaced(client.clone(), "aether-system");
-    let deployment = eventually("the dedicated Deployment", || async {
+    let deployment = eventually_some("the dedicated Deployment", Wait::API, || async {
         deployments.get_opt("aether-two-own").await.ok().flatten()
     })
-    .await;
+    .await?;
     let labels = deployment.metadata.labels.clone().unwrap_or_default();
     assert_eq!(labels.get("team").map(String::as_str), Some("blue"));
     let spec = deployment.spec.clone().unwrap_or_default();
@@ -124,14 +105,14 @@ async fn a_dedicated_gateway_is_served_by_its_own_deployment() -> Result<(), Box
         args.last().map(String::as_str),
         Some("--serve-gateway=two/own")
     );
-    let pods_service = eventually("the pods Service", || async {
+    let pods_service = eventually_some("the pods Service", Wait::API, || async {
         Api::<Service>::namespaced(client.clone(), "aether-system")
             .get_opt("aether-two-own")
             .await
             .ok()
             .flatten()
     })
-    .await;
+    .await?;
     let selector = pods_service
         .spec
         .and_then(|s| s.selector)
@@ -152,20 +133,20 @@ async fn a_dedicated_gateway_is_served_by_its_own_deployment() -> Result<(), Box
         "the pods Service selects the Deployment's pods"
     );
     let budgets = Api::<PodDisruptionBudget>::namespaced(client.clone(), "aether-system");
-    let budget = eventually("the PodDisruptionBudget", || async {
+    let budget = eventually_some("the PodDisruptionBudget", Wait::API, || async {
         budgets.get_opt("aether-two-own").await.ok().flatten()
     })
-    .await;
+    .await?;
     assert_eq!(
         budget.spec.and_then(|s| s.selector),
         Some(spec.selector.clone())
     );
     let gateways = Api::<Gateway>::namespaced(client.clone(), "two");
-    eventually("aether.io/Dedicated=True", || async {
+    eventually_some("aether.io/Dedicated=True", Wait::API, || async {
         let gw = gateways.get("own").await.ok()?;
         (dedicated_condition(&gw)? == ("True".into(), "Provisioned".into())).then_some(())
     })
-    .await;
+    .await?;
 
     // Play the cluster's EndpointSlice controller for the pods Service: the Gateway's
     // Service then names those pods, the other Gateway's still the shared edge.
@@ -182,45 +163,44 @@ async fn a_dedicated_gateway_is_served_by_its_own_deployment() -> Result<(), Box
         "ports": [{"name": "admin", "port": admin, "protocol": "TCP"}]}),
     )
     .await;
-    eventually("own's Service names its own pod", || async {
+    eventually_some("own's Service names its own pod", Wait::API, || async {
         let (eps, _) = gateway_slice(&client, "two", "own").await?;
         (eps == vec![("10.1.0.20".to_owned(), true)]).then_some(())
     })
-    .await;
+    .await?;
     let (plain_eps, _) = gateway_slice(&client, "one", "plain")
         .await
         .unwrap_or_default();
     assert_eq!(plain_eps, vec![("10.1.0.10".to_owned(), true)]);
 
     // Run what the Deployment says.
-    let log = std::fs::File::create(cluster.dir.path().join("edge-dedicated.log"))?;
-    let _dedicated = Proc(
-        Command::new(env!("CARGO_BIN_EXE_aether-edge"))
-            .args(&args)
-            .env("KUBECONFIG", &cluster.kubeconfig)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()?,
-    );
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_aether-edge"));
+    cmd.args(&args)
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .env("RUST_LOG", "info");
+    let _dedicated = cluster.proc(cmd, "edge-dedicated")?;
     let own_port = u16::try_from(service_ports(&client, "two", "own").await.1[0].1)?;
     let plain_port = u16::try_from(service_ports(&client, "one", "plain").await.1[0].1)?;
-    let at = |ip: [u8; 4], port: u16| SocketAddr::from((ip, port));
-    eventually("the dedicated pod serves its Gateway", || async {
-        (served_by(at(DEDICATED, own_port)).await.as_deref() == Some("own")).then_some(())
-    })
-    .await;
+    let at = |ip: std::net::Ipv4Addr, port: u16| SocketAddr::from((ip, port));
+    eventually_some(
+        "the dedicated pod serves its Gateway",
+        Wait::API,
+        || async {
+            (served_by(at(dedicated, own_port)).await.as_deref() == Some("own")).then_some(())
+        },
+    )
+    .await?;
     assert_eq!(
-        served_by(at(SHARED, plain_port)).await.as_deref(),
+        served_by(at(shared, plain_port)).await.as_deref(),
         Some("plain")
     );
     assert_eq!(
-        served_by(at(SHARED, own_port)).await,
+        served_by(at(shared, own_port)).await,
         None,
         "the shared edge must not serve a dedicated Gateway"
     );
     assert_eq!(
-        served_by(at(DEDICATED, plain_port)).await,
+        served_by(at(dedicated, plain_port)).await,
         None,
         "a dedicated pod serves its Gateway only"
     );
@@ -228,16 +208,20 @@ async fn a_dedicated_gateway_is_served_by_its_own_deployment() -> Result<(), Box
     // Without the annotation the shared edge takes the Gateway back, at the same port,
     // and the Deployment and pods Service are deleted.
     gateway(&client, "two", "own", json!({})).await;
-    eventually("the shared edge serves own again", || async {
-        (served_by(at(SHARED, own_port)).await.as_deref() == Some("own")).then_some(())
+    eventually_some("the shared edge serves own again", Wait::API, || async {
+        (served_by(at(shared, own_port)).await.as_deref() == Some("own")).then_some(())
     })
-    .await;
+    .await?;
     eventually_gone(&deployments, "aether-two-own").await;
-    eventually("own's Service names the shared edge again", || async {
-        let (eps, _) = gateway_slice(&client, "two", "own").await?;
-        (eps == vec![("10.1.0.10".to_owned(), true)]).then_some(())
-    })
-    .await;
+    eventually_some(
+        "own's Service names the shared edge again",
+        Wait::API,
+        || async {
+            let (eps, _) = gateway_slice(&client, "two", "own").await?;
+            (eps == vec![("10.1.0.10".to_owned(), true)]).then_some(())
+        },
+    )
+    .await?;
     eventually_gone(&budgets, "aether-two-own").await;
     let svc = Api::<Service>::namespaced(client.clone(), "aether-system")
         .get_opt("aether-two-own")
@@ -245,5 +229,5 @@ async fn a_dedicated_gateway_is_served_by_its_own_deployment() -> Result<(), Box
     assert!(svc.is_none(), "the pods Service is deleted too");
     let gw = gateways.get("own").await?;
     assert_eq!(dedicated_condition(&gw), None);
-    Ok(())
+    cluster.pass()
 }

@@ -19,11 +19,13 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::churn::{counter, quiet_reloads};
+use aether_test_support::metric;
+
+use crate::churn::quiet_reloads;
 use crate::cluster::{BoxError, Cluster};
 use crate::{
-    admin_get, apply, class_and_namespaces, edge_at, edge_pods, eventually, free_port, get,
-    service_ports,
+    Edge, Net, Wait, admin_get, apply, class_and_namespaces, edge_pods, eventually_some, free_port,
+    get, m, put, service_ports,
 };
 
 const NS: &str = "burst";
@@ -55,15 +57,12 @@ async fn echo_slice(client: &Client, addresses: &[&str]) {
 }
 
 async fn route(client: &Client, name: &str, host: &str, service: &str) {
-    apply(
-        &Api::<HttpRoute>::namespaced(client.clone(), NS),
-        name,
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-               "metadata": {"name": name, "namespace": NS},
-               "spec": {"parentRefs": [{"name": "gw"}], "hostnames": [host],
-                        "rules": [{"backendRefs": [{"name": service, "port": 8080}]}]}}),
-    )
-    .await;
+    let route = m::HttpRoute::test(name)
+        .namespace(NS)
+        .parent("gw")
+        .hostname(host)
+        .backend(service, 8080);
+    put::<HttpRoute>(client, &route).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,16 +88,12 @@ async fn a_thousand_slice_updates_are_served_throughout_and_recompile_one_route(
     echo_slice(&client, &BACKENDS).await;
     crate::http_gateway(&client, NS).await;
     route(&client, "echo", "echo.example.com", "echo").await;
-    apply(
-        &Api::<HttpRoute>::namespaced(client.clone(), NS),
-        "live",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-               "metadata": {"name": "live", "namespace": NS},
-               "spec": {"parentRefs": [{"name": "gw"}], "hostnames": ["live.example.com"],
-                        "rules": [{"filters": [{"type": "RequestRedirect",
-                            "requestRedirect": {"hostname": "moved.example.com", "statusCode": 302}}]}]}}),
-    )
-    .await;
+    let live = m::HttpRoute::test("live")
+        .namespace(NS)
+        .parent("gw")
+        .hostname("live.example.com")
+        .redirect("moved.example.com", 302);
+    put::<HttpRoute>(&client, &live).await;
     for i in 0..OTHER_ROUTES {
         route(
             &client,
@@ -111,21 +106,21 @@ async fn a_thousand_slice_updates_are_served_throughout_and_recompile_one_route(
 
     let admin_port = free_port();
     let admin = SocketAddr::from(([127, 0, 0, 1], admin_port));
-    let _edge = edge_at(&cluster, "127.0.0.66", "burst", admin_port, &[]);
+    let listen = Net::allocate().ip(1);
+    let _edge = Edge::new(&cluster, &listen.to_string(), "burst")
+        .admin(admin_port)
+        .start();
     let (_, ports) = service_ports(&client, NS, "gw").await;
     let internal = u16::try_from(ports[0].1)?;
-    let at = SocketAddr::from(([127, 0, 0, 66], internal));
-    eventually("the listener serving", || async {
-        get(at, "live.example.com")
-            .await
-            .ok()?
-            .starts_with("HTTP/1.1 302")
-            .then_some(())
+    let at = SocketAddr::from((listen, internal));
+    eventually_some("the listener serving", Wait::API, || async {
+        (get(at, "live.example.com").await.ok()?.status == 302).then_some(())
     })
-    .await;
+    .await?;
     let reloads = quiet_reloads(admin).await;
-    let compiled = counter(admin, "aether_reconcile_routes_compiled_total")
+    let compiled = metric(admin, "aether_reconcile_routes_compiled_total")
         .await
+        .ok()
         .unwrap_or(0.0);
 
     // A client requesting through the edge for as long as the burst lasts (bounded).
@@ -137,11 +132,11 @@ async fn a_thousand_slice_updates_are_served_throughout_and_recompile_one_route(
             let end = Instant::now() + Duration::from_secs(180);
             while !stop.load(Ordering::Relaxed) && Instant::now() < end {
                 match get(at, "live.example.com").await {
-                    Ok(answer) if answer.starts_with("HTTP/1.1 302") => {
+                    Ok(answer) if answer.status == 302 => {
                         ok.fetch_add(1, Ordering::Relaxed);
                     }
                     Ok(answer) => {
-                        eprintln!("failed: {}", answer.lines().next().unwrap_or_default());
+                        eprintln!("failed: {}", answer.status);
                         failed.fetch_add(1, Ordering::Relaxed);
                     }
                     Err(e) => {
@@ -165,18 +160,19 @@ async fn a_thousand_slice_updates_are_served_throughout_and_recompile_one_route(
         echo_slice(&client, set(i)).await;
     }
     assert_eq!(set(UPDATES - 1), &BACKENDS[1..]);
-    eventually("the last endpoint set served", || async {
-        let dump = admin_get(admin, "/config_dump").await?;
+    eventually_some("the last endpoint set served", Wait::API, || async {
+        let dump = admin_get(admin, "/config_dump").await.ok()?.text();
         let has = |ip: &str| dump.contains(&format!("{ip}:{PORT}"));
         (has(BACKENDS[1]) && !has(BACKENDS[0])).then_some(())
     })
-    .await;
+    .await?;
     let burst = started.elapsed();
     let reloads = quiet_reloads(admin).await - reloads;
     stop.store(true, Ordering::Relaxed);
     client_task.await?;
-    let compiled = counter(admin, "aether_reconcile_routes_compiled_total")
+    let compiled = metric(admin, "aether_reconcile_routes_compiled_total")
         .await
+        .ok()
         .unwrap_or(0.0)
         - compiled;
     let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
@@ -193,5 +189,5 @@ async fn a_thousand_slice_updates_are_served_throughout_and_recompile_one_route(
         compiled <= reloads,
         "{compiled} routes compiled in {reloads} reconciles: more than the one route per run"
     );
-    Ok(())
+    cluster.pass()
 }

@@ -10,7 +10,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{apply, edge, eventually};
+use crate::{Net, Wait, apply, edge, eventually_some, m, put};
 
 fn tcp_routes(client: &Client) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk("gateway.networking.k8s.io", "v1", "TCPRoute");
@@ -25,18 +25,13 @@ async fn tcp_routes_get_status_and_udp_listeners_udp_service_ports() -> Result<(
     };
     let client = cluster.client().await?;
     crate::class_and_namespaces(&client, &["l4"]).await;
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), "l4"),
-        "db",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "db", "namespace": "l4",
-                            "annotations": {"aether.io/port-range.apps": "30000-30009"}},
-               "spec": {"gatewayClassName": "aether", "listeners": [
-                   {"name": "pg", "port": 5432, "protocol": "TCP"},
-                   {"name": "dns", "port": 53, "protocol": "UDP"},
-                   {"name": "apps", "port": 30000, "protocol": "TCP"}]}}),
-    )
-    .await;
+    let gw = m::Gateway::test("db")
+        .namespace("l4")
+        .annotation("aether.io/port-range.apps", "30000-30009")
+        .listener(json!({"name": "pg", "port": 5432, "protocol": "TCP"}))
+        .listener(json!({"name": "dns", "port": 53, "protocol": "UDP"}))
+        .listener(json!({"name": "apps", "port": 30000, "protocol": "TCP"}));
+    put::<Gateway>(&client, &gw).await;
     apply(
         &tcp_routes(&client),
         "pg",
@@ -56,11 +51,12 @@ async fn tcp_routes_get_status_and_udp_listeners_udp_service_ports() -> Result<(
                         "rules": [{"backendRefs": [{"name": "redis", "port": 6379}]}]}}),
     )
     .await;
-    let _edge = edge(&cluster, "127.0.0.53", "l4");
+    let listen = Net::allocate().ip(1);
+    let _edge = edge(&cluster, &listen.to_string(), "l4");
 
     // The route is watched and its status written (ResolvedRefs=False: no Service).
     let routes = tcp_routes(&client);
-    eventually("the TCPRoute's status", || async {
+    eventually_some("the TCPRoute's status", Wait::API, || async {
         let r = routes.get("pg").await.ok()?;
         let parent = r.data["status"]["parents"].as_array()?.first()?.clone();
         let conditions = parent["conditions"].as_array()?.clone();
@@ -74,10 +70,10 @@ async fn tcp_routes_get_status_and_udp_listeners_udp_service_ports() -> Result<(
             && has("ResolvedRefs", "False"))
         .then_some(())
     })
-    .await;
+    .await?;
 
     // The pool's route holds its port in status.
-    eventually("the pool route's port in status", || async {
+    eventually_some("the pool route's port in status", Wait::API, || async {
         let r = routes.get("redis").await.ok()?;
         let parent = r.data["status"]["parents"].as_array()?.first()?.clone();
         (parent["parentRef"]["port"] == 30007
@@ -87,18 +83,22 @@ async fn tcp_routes_get_status_and_udp_listeners_udp_service_ports() -> Result<(
                 .any(|c| c["type"] == "Accepted" && c["status"] == "True"))
         .then_some(())
     })
-    .await;
+    .await?;
 
     // The Gateway Service carries each listener port with its own transport, and the
     // pool's assigned port (not the pool listener's own): all of them internal ports
     // the edge binds.
     let services = Api::<Service>::namespaced(client.clone(), "l4");
-    let svc = eventually("the Gateway Service with the pool port", || async {
-        let svc = services.get_opt("db-aether").await.ok().flatten()?;
-        let n = svc.spec.as_ref()?.ports.as_ref()?.len();
-        (n == 3).then_some(svc)
-    })
-    .await;
+    let svc = eventually_some(
+        "the Gateway Service with the pool port",
+        Wait::API,
+        || async {
+            let svc = services.get_opt("db-aether").await.ok().flatten()?;
+            let n = svc.spec.as_ref()?.ports.as_ref()?.len();
+            (n == 3).then_some(svc)
+        },
+    )
+    .await?;
     let ports = svc.spec.and_then(|s| s.ports).unwrap_or_default();
     let mut seen: Vec<(i32, String)> = ports
         .iter()
@@ -123,12 +123,16 @@ async fn tcp_routes_get_status_and_udp_listeners_udp_service_ports() -> Result<(
         .ok_or("no internal port for the pool port")?;
     // The edge binds it (the route's backend does not exist, so a connection is
     // accepted and closed; binding is what this checks).
-    eventually("the pool port's internal port is bound", || async {
-        tokio::net::TcpStream::connect(("127.0.0.53", internal))
-            .await
-            .ok()
-            .map(drop)
-    })
-    .await;
-    Ok(())
+    eventually_some(
+        "the pool port's internal port is bound",
+        Wait::API,
+        || async {
+            tokio::net::TcpStream::connect((listen, internal))
+                .await
+                .ok()
+                .map(drop)
+        },
+    )
+    .await?;
+    cluster.pass()
 }

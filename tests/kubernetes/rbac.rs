@@ -16,11 +16,9 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::cluster::{BoxError, Cluster, USER};
-use crate::{apply, class_and_namespaces, edge_as, eventually};
-
-/// Where this test's edge binds its internal ports: its own loopback address, so
-/// they never collide with those of tests running beside it (the port range is shared).
-const LISTEN: &str = "127.0.0.82";
+use crate::{
+    Edge, Net, Wait, apply, class_and_namespaces, eventually_some, gateway_condition, m, put,
+};
 
 /// A refused object's retry schedule (controller/src/kube/retry_schedule.rs): 400 ms
 /// after the first failure, doubled after each further one, at most 30 s.
@@ -149,24 +147,10 @@ fn forbidden(cluster: &Cluster, resource: &str) -> usize {
         .count()
 }
 
-fn programmed(gw: &Gateway) -> Option<(String, String, String)> {
-    gw.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "Programmed")
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
-}
-
 async fn gateway(client: &Client, ns: &str, name: &str) {
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), ns),
-        name,
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": name, "namespace": ns},
-               "spec": {"gatewayClassName": "aether",
-                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
+    put::<Gateway>(
+        client,
+        &m::Gateway::test(name).namespace(ns).http("http", 80),
     )
     .await;
 }
@@ -183,43 +167,46 @@ async fn a_forbidden_service_write_is_a_condition_a_log_line_and_no_hot_loop()
     gateway(&client, "open", "gw").await;
     gateway(&client, "locked", "gw").await;
     let locked_routes = Api::<HttpRoute>::namespaced(client.clone(), "locked");
-    apply(
-        &locked_routes,
-        "r",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-               "metadata": {"name": "r", "namespace": "locked"},
-               "spec": {"parentRefs": [{"name": "gw"}], "rules": [{}]}}),
-    )
-    .await;
+    let route = m::HttpRoute::test("r")
+        .namespace("locked")
+        .parent("gw")
+        .rule();
+    put::<HttpRoute>(&client, &route).await;
     let before_status = forbidden(&cluster, "httproutes");
     let before = forbidden(&cluster, "services");
     let started = Instant::now();
-    let mut edge = edge_as(&cluster, &cluster.user_kubeconfig, LISTEN, "rbac", &[]);
+    // Internal ports on a loopback network of its own: the port range is shared.
+    let listen = Net::allocate().ip_str(1);
+    let mut edge = Edge::new(&cluster, &listen, "rbac")
+        .kubeconfig(&cluster.user_kubeconfig)
+        .start();
 
     // Where writing is allowed the Service is there: the user is not locked out as a
     // whole.
     let open_services = Api::<Service>::namespaced(client.clone(), "open");
-    eventually("open/gw's Service", || async {
+    eventually_some("open/gw's Service", Wait::API, || async {
         open_services.get_opt("gw-aether").await.ok().flatten()
     })
-    .await;
+    .await?;
 
     // (a) The locked Gateway says which Service it lacks and why.
     let locked = Api::<Gateway>::namespaced(client.clone(), "locked");
-    let message = eventually(
+    let message = eventually_some(
         "locked/gw Programmed=False naming the forbidden Service",
+        Wait::API,
         || async {
-            let (status, reason, message) = programmed(&locked.get("gw").await.ok()?)?;
+            let (status, reason, message) =
+                gateway_condition(&locked.get("gw").await.ok()?, "Programmed")?;
             (status == "False"
                 && reason == "AddressNotAssigned"
                 && message.contains("Service locked/gw-aether cannot be written: forbidden"))
             .then_some(message)
         },
     )
-    .await;
+    .await?;
     assert!(message.contains(&format!("User \"{USER}\"")), "{message}");
     let open = Api::<Gateway>::namespaced(client.clone(), "open");
-    let open_message = programmed(&open.get("gw").await?).map(|p| p.2);
+    let open_message = gateway_condition(&open.get("gw").await?, "Programmed").map(|p| p.2);
     assert!(
         !open_message
             .clone()
@@ -252,10 +239,10 @@ async fn a_forbidden_service_write_is_a_condition_a_log_line_and_no_hot_loop()
         refused_status <= max_attempts(elapsed),
         "{refused_status} refused status writes in {elapsed:?}: more than the backoff allows"
     );
-    assert!(edge.0.try_wait()?.is_none(), "the edge exited");
+    assert!(edge.try_exit()?.is_none(), "the edge exited");
 
     // (b) One clear log line for it, not one per retry.
-    let log = std::fs::read_to_string(cluster.dir.path().join("edge-rbac.log"))?;
+    let log = edge.log();
     let lines: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("WARN") && l.contains("Service locked/gw-aether cannot be written"))
@@ -276,10 +263,10 @@ async fn a_forbidden_service_write_is_a_condition_a_log_line_and_no_hot_loop()
     // written in the same pass as that retry. An order of events, not a time limit.
     let refused_before = forbidden(&cluster, "services");
     gateway(&client, "open", "later").await;
-    eventually("open/later's Service", || async {
+    eventually_some("open/later's Service", Wait::API, || async {
         open_services.get_opt("later-aether").await.ok().flatten()
     })
-    .await;
+    .await?;
     assert_eq!(
         forbidden(&cluster, "services"),
         refused_before,
@@ -305,16 +292,16 @@ async fn a_forbidden_service_write_is_a_condition_a_log_line_and_no_hot_loop()
             &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.20"}]}}})),
         )
         .await?;
-    eventually("locked/gw Programmed=True", || async {
-        let (status, reason, _) = programmed(&locked.get("gw").await.ok()?)?;
+    eventually_some("locked/gw Programmed=True", Wait::API, || async {
+        let (status, reason, _) = gateway_condition(&locked.get("gw").await.ok()?, "Programmed")?;
         (status == "True" && reason == "Programmed").then_some(())
     })
-    .await;
-    eventually("locked/r's status, once allowed", || async {
+    .await?;
+    eventually_some("locked/r's status, once allowed", Wait::API, || async {
         let r = locked_routes.get("r").await.ok()?;
         (!r.status?.parents.is_empty()).then_some(())
     })
-    .await;
+    .await?;
     let settled = forbidden(&cluster, "services");
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
@@ -322,8 +309,8 @@ async fn a_forbidden_service_write_is_a_condition_a_log_line_and_no_hot_loop()
         settled,
         "still refused after the grant"
     );
-    assert!(edge.0.try_wait()?.is_none(), "the edge exited");
-    Ok(())
+    assert!(edge.try_exit()?.is_none(), "the edge exited");
+    cluster.pass()
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! Two replicas at once: they converge with a bounded number of writes and no
 //! flapping, and the writer Lease moves to the survivor when its holder dies.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
@@ -12,23 +12,14 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{edge, eventually, programmed, setup};
+use crate::{Net, Wait, edge, eventually_some, programmed, setup};
 
 /// Resource versions of a's Gateway and the route, sampled every 50 ms for `window`:
 /// how many writes happened.
 async fn count_writes(client: &Client, window: Duration) -> usize {
     let gateways = Api::<Gateway>::namespaced(client.clone(), "one");
     let routes = Api::<HttpRoute>::namespaced(client.clone(), "one");
-    let mut seen = std::collections::BTreeSet::new();
-    let end = Instant::now() + window;
-    while Instant::now() < end {
-        if let (Ok(g), Ok(r)) = (gateways.get("a").await, routes.get("echo").await) {
-            seen.insert(("g", g.metadata.resource_version.unwrap_or_default()));
-            seen.insert(("r", r.metadata.resource_version.unwrap_or_default()));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    seen.len().saturating_sub(2)
+    crate::writes_during(window, (&gateways, "a"), (&routes, "echo")).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -39,15 +30,16 @@ async fn two_instances_converge_with_bounded_writes() -> Result<(), BoxError> {
     let client = cluster.client().await?;
     setup(&client).await;
     // Two replicas (each would be its own pod; here two loopback addresses).
-    let a = edge(&cluster, "127.0.0.55", "a");
-    let b = edge(&cluster, "127.0.0.56", "b");
+    let (listen_a, listen_b) = (Net::allocate().ip_str(1), Net::allocate().ip_str(1));
+    let a = edge(&cluster, &listen_a, "a");
+    let b = edge(&cluster, &listen_b, "b");
     let gateways = Api::<Gateway>::namespaced(client.clone(), "one");
-    eventually("a's status written", || async {
+    eventually_some("a's status written", Wait::API, || async {
         programmed(&gateways.get("a").await.ok()?).filter(|p| p.1 == "AddressNotAssigned")
     })
-    .await;
+    .await?;
     let routes = Api::<HttpRoute>::namespaced(client.clone(), "one");
-    eventually("route status written", || async {
+    eventually_some("route status written", Wait::API, || async {
         routes
             .get("echo")
             .await
@@ -55,7 +47,7 @@ async fn two_instances_converge_with_bounded_writes() -> Result<(), BoxError> {
             .status
             .filter(|s| !s.parents.is_empty())
     })
-    .await;
+    .await?;
     // Settled: nothing more is written, by either.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = count_writes(&client, Duration::from_secs(3)).await;
@@ -97,16 +89,16 @@ async fn two_instances_converge_with_bounded_writes() -> Result<(), BoxError> {
         .spec
         .and_then(|s| s.holder_identity)
         .unwrap_or_default();
-    let (mut leader, survivor) = if holder.ends_with(&format!("-{}", a.0.id())) {
+    let (mut leader, survivor) = if holder.ends_with(&format!("-{}", a.pid())) {
         (a, b)
     } else {
         assert!(
-            holder.ends_with(&format!("-{}", b.0.id())),
+            holder.ends_with(&format!("-{}", b.pid())),
             "the Lease names neither instance: {holder}"
         );
         (b, a)
     };
-    leader.0.kill()?;
+    leader.kill()?;
     Api::<Service>::namespaced(client.clone(), "one")
         .patch_status(
             "a-aether",
@@ -114,12 +106,16 @@ async fn two_instances_converge_with_bounded_writes() -> Result<(), BoxError> {
             &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.77"}]}}})),
         )
         .await?;
-    eventually("the surviving instance writes the new address", || async {
-        let gw = gateways.get("a").await.ok()?;
-        let addrs = gw.status?.addresses?;
-        (addrs.first()?.value == "192.0.2.77").then_some(())
-    })
-    .await;
+    eventually_some(
+        "the surviving instance writes the new address",
+        Wait::API,
+        || async {
+            let gw = gateways.get("a").await.ok()?;
+            let addrs = gw.status?.addresses?;
+            (addrs.first()?.value == "192.0.2.77").then_some(())
+        },
+    )
+    .await?;
     let lease = Api::<Lease>::namespaced(client.clone(), "aether-system")
         .get("aether-edge-writer")
         .await?;
@@ -127,9 +123,9 @@ async fn two_instances_converge_with_bounded_writes() -> Result<(), BoxError> {
     assert!(
         spec.holder_identity
             .unwrap_or_default()
-            .ends_with(&format!("-{}", survivor.0.id())),
+            .ends_with(&format!("-{}", survivor.pid())),
         "the Lease did not move to the survivor"
     );
     assert_eq!(spec.lease_transitions, Some(1));
-    Ok(())
+    cluster.pass()
 }

@@ -2,8 +2,7 @@
 //! watches resume, a change made after the restart is reconciled, and nothing is
 //! written twice.
 
-use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gateway_api::gateways::Gateway;
 use k8s_openapi::api::core::v1::Service;
@@ -11,17 +10,13 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{apply, edge, eventually};
+use crate::{Net, Wait, edge, eventually_some, m, put};
 
 async fn gateway(client: &Client, listeners: serde_json::Value) {
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), "r"),
-        "g",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "g", "namespace": "r"},
-               "spec": {"gatewayClassName": "aether", "listeners": listeners}}),
-    )
-    .await;
+    let gw = m::Gateway::test("g")
+        .namespace("r")
+        .spec("listeners", listeners);
+    put::<Gateway>(client, &gw).await;
 }
 
 /// Distinct resourceVersions of the Gateway and its Service seen over `window`, less
@@ -29,16 +24,7 @@ async fn gateway(client: &Client, listeners: serde_json::Value) {
 async fn writes(client: &Client, window: Duration) -> usize {
     let gateways = Api::<Gateway>::namespaced(client.clone(), "r");
     let services = Api::<Service>::namespaced(client.clone(), "r");
-    let mut seen = BTreeSet::new();
-    let end = Instant::now() + window;
-    while Instant::now() < end {
-        if let (Ok(g), Ok(s)) = (gateways.get("g").await, services.get("g-aether").await) {
-            seen.insert(("g", g.metadata.resource_version.unwrap_or_default()));
-            seen.insert(("s", s.metadata.resource_version.unwrap_or_default()));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    seen.len().saturating_sub(2)
+    crate::writes_during(window, (&gateways, "g"), (&services, "g-aether")).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,7 +39,8 @@ async fn an_apiserver_restart_resumes_watches_without_duplicate_writes() -> Resu
         json!([{"name": "http", "port": 80, "protocol": "HTTP"}]),
     )
     .await;
-    let mut edge_proc = edge(&cluster, "127.0.0.57", "restart");
+    let listen = Net::allocate().ip_str(1);
+    let mut edge_proc = edge(&cluster, &listen, "restart");
     let services = Api::<Service>::namespaced(client.clone(), "r");
     let ports = |svc: &Service| -> Vec<i32> {
         svc.spec
@@ -62,18 +49,18 @@ async fn an_apiserver_restart_resumes_watches_without_duplicate_writes() -> Resu
             .map(|p| p.port)
             .collect()
     };
-    eventually("the Gateway Service", || async {
+    eventually_some("the Gateway Service", Wait::API, || async {
         let svc = services.get_opt("g-aether").await.ok()??;
         (ports(&svc) == vec![80]).then_some(())
     })
-    .await;
+    .await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // Down for a few seconds, then back: the edge survives and writes nothing new.
     cluster.restart_apiserver(Duration::from_secs(3)).await?;
     let client = cluster.client().await?;
     assert!(
-        edge_proc.0.try_wait()?.is_none(),
+        edge_proc.try_exit()?.is_none(),
         "the edge exited while the API server was down"
     );
     let after = writes(&client, Duration::from_secs(4)).await;
@@ -90,10 +77,14 @@ async fn an_apiserver_restart_resumes_watches_without_duplicate_writes() -> Resu
     )
     .await;
     let services = Api::<Service>::namespaced(client.clone(), "r");
-    eventually("the new listener port on the Service", || async {
-        let svc = services.get_opt("g-aether").await.ok()??;
-        (ports(&svc) == vec![80, 8080]).then_some(())
-    })
-    .await;
-    Ok(())
+    eventually_some(
+        "the new listener port on the Service",
+        Wait::API,
+        || async {
+            let svc = services.get_opt("g-aether").await.ok()??;
+            (ports(&svc) == vec![80, 8080]).then_some(())
+        },
+    )
+    .await?;
+    cluster.pass()
 }

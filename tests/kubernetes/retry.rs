@@ -4,10 +4,8 @@
 //! field), and it reaches the data plane's configuration.
 
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
@@ -15,7 +13,8 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{Proc, RANGE, apply, eventually, free_port};
+use crate::{Edge, Net, Wait, apply, eventually_some, free_port};
+use aether_test_support::config_dump;
 
 async fn install_experimental_httproute_crd(client: &Client) -> Result<(), BoxError> {
     let path = tokio::task::spawn_blocking(crate::cluster::crds_dir)
@@ -52,10 +51,6 @@ fn find_retry(v: &Value) -> Option<&Value> {
     }
 }
 
-async fn config_dump(admin: SocketAddr) -> Option<Value> {
-    serde_json::from_str(&crate::admin_get(admin, "/config_dump").await?).ok()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn httproute_retry_is_read_from_the_api_server() -> Result<(), BoxError> {
     let Some(cluster) = Cluster::start().await? else {
@@ -64,15 +59,7 @@ async fn httproute_retry_is_read_from_the_api_server() -> Result<(), BoxError> {
     let client = cluster.client().await?;
     crate::class_and_namespaces(&client, &["retries"]).await;
     install_experimental_httproute_crd(&client).await?;
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), "retries"),
-        "gw",
-        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-               "metadata": {"name": "gw", "namespace": "retries"},
-               "spec": {"gatewayClassName": "aether",
-                        "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
-    )
-    .await;
+    crate::http_gateway(&client, "retries").await;
     // The new schema takes a moment to apply: re-apply until the server keeps the field.
     let raw: Api<DynamicObject> = Api::namespaced_with(
         client.clone(),
@@ -94,28 +81,17 @@ async fn httproute_retry_is_read_from_the_api_server() -> Result<(), BoxError> {
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
 
-    let admin = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let log = std::fs::File::create(cluster.dir.path().join("edge-retry.log"))?;
-    let _edge = Proc(
-        Command::new(env!("CARGO_BIN_EXE_aether-edge"))
-            .args(["run", "--kubernetes", "--admin", &admin.to_string()])
-            .args([
-                "--internal-port-range",
-                RANGE,
-                "--listen-address",
-                "127.0.0.59",
-            ])
-            .env("KUBECONFIG", &cluster.kubeconfig)
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()?,
-    );
-    let retry = eventually("the retry in /config_dump", || async {
+    let port = free_port();
+    let admin = SocketAddr::from(([127, 0, 0, 1], port));
+    let listen = Net::allocate().ip_str(1);
+    let _edge = Edge::new(&cluster, &listen, "retry").admin(port).start();
+    let retry = eventually_some("the retry in /config_dump", Wait::API, || async {
         config_dump(admin)
             .await
+            .ok()
             .and_then(|d| find_retry(&d).cloned())
     })
-    .await;
+    .await?;
     assert_eq!(retry["attempts"], 3, "{retry}");
     assert_eq!(retry["codes"], json!([503]), "{retry}");
     assert_eq!(
@@ -123,5 +99,5 @@ async fn httproute_retry_is_read_from_the_api_server() -> Result<(), BoxError> {
         json!({"secs": 0, "nanos": 50_000_000}),
         "{retry}"
     );
-    Ok(())
+    cluster.pass()
 }

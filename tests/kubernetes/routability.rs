@@ -4,34 +4,19 @@
 
 use gateway_api::gateways::Gateway;
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{apply, edge, eventually};
+use crate::{Net, Wait, edge, eventually_some, m, put, raw_gateway};
 
 async fn gateway(client: &Client, name: &str, addresses: Value) {
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), "scopes"),
-        name,
-        json!({
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-        "metadata": {"name": name, "namespace": "scopes"},
-        "spec": {"gatewayClassName": "aether", "addresses": addresses,
-                 "listeners": [{"name": "http", "port": 80, "protocol": "HTTP"}]}}),
-    )
-    .await;
-}
-
-/// The Gateway as the server holds it, untyped, so `routability` is visible.
-async fn raw(client: &Client, name: &str) -> Option<Value> {
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        "scopes",
-        &ApiResource::erase::<Gateway>(&()),
-    );
-    api.get(name).await.ok().map(|o| o.data)
+    let gw = m::Gateway::test(name)
+        .namespace("scopes")
+        .spec("addresses", addresses)
+        .http("http", 80);
+    put::<Gateway>(client, &gw).await;
 }
 
 /// (value, routability) of each status address, and (status, reason) of a condition.
@@ -50,16 +35,11 @@ fn addresses(gw: &Value) -> Vec<(String, String)> {
 }
 
 fn condition(gw: &Value, ctype: &str) -> Option<(String, String)> {
-    gw["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == ctype)
-        .map(|c| {
-            (
-                c["status"].as_str().unwrap_or("").to_owned(),
-                c["reason"].as_str().unwrap_or("").to_owned(),
-            )
-        })
+    let c = aether_test_support::condition(&gw["status"]["conditions"], ctype).ok()?;
+    Some((
+        c["status"].as_str().unwrap_or("").to_owned(),
+        c["reason"].as_str().unwrap_or("").to_owned(),
+    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,55 +70,63 @@ async fn routability_scopes_services_and_conditions() -> Result<(), BoxError> {
     )
     .await;
     // The patched CRD kept the field (an unpatched one prunes it).
-    let stored = raw(&client, "mixed").await.ok_or("no Gateway mixed")?;
+    let stored = raw_gateway(&client, "scopes", "mixed")
+        .await
+        .ok_or("no Gateway mixed")?;
     assert_eq!(stored["spec"]["addresses"][1]["routability"], "Cluster");
-    let _edge = edge(&cluster, "127.0.0.58", "scopes");
+    let listen = Net::allocate().ip_str(1);
+    let _edge = edge(&cluster, &listen, "scopes");
     let services = Api::<Service>::namespaced(client.clone(), "scopes");
 
     // Cluster only: a ClusterIP Service; its cluster IP in status as Cluster.
-    let svc = eventually("internal's Service", || async {
+    let svc = eventually_some("internal's Service", Wait::API, || async {
         services.get_opt("internal-aether").await.ok().flatten()
     })
-    .await;
+    .await?;
     let spec = svc.spec.clone().unwrap_or_default();
     assert_eq!(spec.type_.as_deref(), Some("ClusterIP"));
     let cluster_ip = spec.cluster_ip.clone().ok_or("no clusterIP allocated")?;
-    eventually("internal: Cluster address, Assigned", || async {
-        let gw = raw(&client, "internal").await?;
+    eventually_some("internal: Cluster address, Assigned", Wait::API, || async {
+        let gw = raw_gateway(&client, "scopes", "internal").await?;
         (addresses(&gw) == vec![(cluster_ip.clone(), "Cluster".to_owned())]
             && condition(&gw, "AddressesAssigned")? == ("True".into(), "Assigned".into())
             && condition(&gw, "Programmed")? == ("True".into(), "Programmed".into()))
             .then_some(())
     })
-    .await;
+    .await?;
 
     // Both scopes and an unknown one: a LoadBalancer Service asking for the IP. Before
     // the load balancer answers, only the Cluster address; then both, each with its
     // scope. The unknown scope keeps it PartiallyAssigned; it stays programmed.
-    let svc = eventually("mixed's Service", || async {
+    let svc = eventually_some("mixed's Service", Wait::API, || async {
         services.get_opt("mixed-aether").await.ok().flatten()
     })
-    .await;
+    .await?;
     let spec = svc.spec.clone().unwrap_or_default();
     assert_eq!(spec.type_.as_deref(), Some("LoadBalancer"));
     assert_eq!(spec.load_balancer_ip.as_deref(), Some("192.0.2.50"));
     let mixed_cluster_ip = spec.cluster_ip.clone().ok_or("no clusterIP allocated")?;
-    eventually("mixed: Cluster only, PartiallyAssigned", || async {
-        let gw = raw(&client, "mixed").await?;
-        // Shown only if this step times out: what the server holds, and the edge's
-        // warnings so far.
-        eprintln!("mixed status now: {}", gw["status"]);
-        let log =
-            std::fs::read_to_string(cluster.dir.path().join("edge-scopes.log")).unwrap_or_default();
-        for l in log.lines().filter(|l| l.contains("WARN")).take(5) {
-            eprintln!("edge: {l}");
-        }
-        (addresses(&gw) == vec![(mixed_cluster_ip.clone(), "Cluster".to_owned())]
-            && condition(&gw, "AddressesAssigned")? == ("False".into(), "PartiallyAssigned".into())
-            && condition(&gw, "Programmed")?.0 == "True")
-            .then_some(())
-    })
-    .await;
+    eventually_some(
+        "mixed: Cluster only, PartiallyAssigned",
+        Wait::API,
+        || async {
+            let gw = raw_gateway(&client, "scopes", "mixed").await?;
+            // Shown only if this step times out: what the server holds, and the edge's
+            // warnings so far.
+            eprintln!("mixed status now: {}", gw["status"]);
+            let log = std::fs::read_to_string(cluster.dir.path().join("edge-scopes.log"))
+                .unwrap_or_default();
+            for l in log.lines().filter(|l| l.contains("WARN")).take(5) {
+                eprintln!("edge: {l}");
+            }
+            (addresses(&gw) == vec![(mixed_cluster_ip.clone(), "Cluster".to_owned())]
+                && condition(&gw, "AddressesAssigned")?
+                    == ("False".into(), "PartiallyAssigned".into())
+                && condition(&gw, "Programmed")?.0 == "True")
+                .then_some(())
+        },
+    )
+    .await?;
     services
         .patch_status(
             "mixed-aether",
@@ -146,8 +134,8 @@ async fn routability_scopes_services_and_conditions() -> Result<(), BoxError> {
             &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.50"}]}}})),
         )
         .await?;
-    eventually("mixed: External and Cluster", || async {
-        let gw = raw(&client, "mixed").await?;
+    eventually_some("mixed: External and Cluster", Wait::API, || async {
+        let gw = raw_gateway(&client, "scopes", "mixed").await?;
         (addresses(&gw)
             == vec![
                 ("192.0.2.50".to_owned(), "External".to_owned()),
@@ -156,17 +144,17 @@ async fn routability_scopes_services_and_conditions() -> Result<(), BoxError> {
             && condition(&gw, "AddressesAssigned")? == ("False".into(), "PartiallyAssigned".into()))
             .then_some(())
     })
-    .await;
+    .await?;
 
     // Nothing satisfiable: never substituted, no Service, not programmed.
-    eventually("nowhere: NotAssigned", || async {
-        let gw = raw(&client, "nowhere").await?;
+    eventually_some("nowhere: NotAssigned", Wait::API, || async {
+        let gw = raw_gateway(&client, "scopes", "nowhere").await?;
         (condition(&gw, "AddressesAssigned")? == ("False".into(), "NotAssigned".into())
             && condition(&gw, "Programmed")? == ("False".into(), "AddressNotAssigned".into())
             && addresses(&gw).is_empty())
         .then_some(())
     })
-    .await;
+    .await?;
     assert!(services.get_opt("nowhere-aether").await?.is_none());
-    Ok(())
+    cluster.pass()
 }

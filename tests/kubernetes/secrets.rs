@@ -16,11 +16,10 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{apply, class_and_namespaces, edge, eventually, service_ports};
-
-/// Where this test's edge binds its internal ports: its own loopback address, so
-/// they never collide with those of tests running beside it (the port range is shared).
-const LISTEN: &str = "127.0.0.83";
+use crate::{
+    Net, Wait, apply, class_and_namespaces, edge, eventually_some, listener_condition, m, put,
+    service_ports,
+};
 
 const NS: &str = "certs";
 const HOST: &str = "secure.example.com";
@@ -30,27 +29,12 @@ const OVERSIZED: usize = 300 * 1024;
 /// A `kubernetes.io/tls` Secret, written as `stringData` (the server stores it as
 /// `data`).
 async fn tls_secret(client: &Client, name: &str, crt: &str, key: &str) {
-    apply(
-        &Api::<Secret>::namespaced(client.clone(), NS),
-        name,
-        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-               "metadata": {"name": name, "namespace": NS},
-               "stringData": {"tls.crt": crt, "tls.key": key}}),
-    )
-    .await;
+    put::<Secret>(client, &m::tls_secret(NS, name, crt, key)).await;
 }
 
 /// (status, reason, message) of ResolvedRefs on listener `name`.
 fn resolved_refs(gw: &Gateway, name: &str) -> Option<(String, String, String)> {
-    let l = gw
-        .status
-        .as_ref()?
-        .listeners
-        .as_ref()?
-        .iter()
-        .find(|l| l.name == name)?;
-    let c = l.conditions.iter().find(|c| c.type_ == "ResolvedRefs")?;
-    Some((c.status.clone(), c.reason.clone(), c.message.clone()))
+    listener_condition(gw, name, "ResolvedRefs")
 }
 
 /// One HTTPS request to `addr` with SNI `HOST`, trusting only `ca`.
@@ -134,18 +118,21 @@ async fn malformed_and_oversized_secrets_are_conditions_and_the_good_listener_se
                             "requestRedirect": {"hostname": "moved.example.com", "statusCode": 302}}]}]}}),
     )
     .await;
-    let mut edge = edge(&cluster, LISTEN, "secrets");
+    // Internal ports on a loopback network of its own: the port range is shared.
+    let listen = Net::allocate().ip_str(1);
+    let mut edge = edge(&cluster, &listen, "secrets");
 
     let gateways = Api::<Gateway>::namespaced(client.clone(), NS);
-    let (malformed, oversized) = eventually("both bad listeners' conditions", || async {
-        let gw = gateways.get("gw").await.ok()?;
-        let good = resolved_refs(&gw, "good")?;
-        let malformed = resolved_refs(&gw, "malformed")?;
-        let oversized = resolved_refs(&gw, "oversized")?;
-        (good.0 == "True" && malformed.0 == "False" && oversized.0 == "False")
-            .then_some((malformed, oversized))
-    })
-    .await;
+    let (malformed, oversized) =
+        eventually_some("both bad listeners' conditions", Wait::API, || async {
+            let gw = gateways.get("gw").await.ok()?;
+            let good = resolved_refs(&gw, "good")?;
+            let malformed = resolved_refs(&gw, "malformed")?;
+            let oversized = resolved_refs(&gw, "oversized")?;
+            (good.0 == "True" && malformed.0 == "False" && oversized.0 == "False")
+                .then_some((malformed, oversized))
+        })
+        .await?;
     assert_eq!(malformed.1, "InvalidCertificateRef", "{malformed:?}");
     assert!(
         malformed.2.starts_with("Secret certs/garbage: "),
@@ -170,20 +157,20 @@ async fn malformed_and_oversized_secrets_are_conditions_and_the_good_listener_se
         .map(|(_, target)| u16::try_from(*target))
         .ok_or("no Service port 443")??;
     let ca_der = rustls::pki_types::CertificateDer::from(ca.der().to_vec());
-    let addr = SocketAddr::new(LISTEN.parse()?, internal);
-    let answer = eventually("HTTPS through the good listener", || async {
+    let addr = SocketAddr::new(listen.parse()?, internal);
+    let answer = eventually_some("HTTPS through the good listener", Wait::API, || async {
         https_get(addr, &ca_der)
             .await
             .ok()
             .filter(|r| r.starts_with("HTTP/1.1 302"))
     })
-    .await;
+    .await?;
     assert!(
         answer
             .to_ascii_lowercase()
             .contains("location: https://moved.example.com/hello"),
         "{answer}"
     );
-    assert!(edge.0.try_wait()?.is_none(), "the edge exited");
-    Ok(())
+    assert!(edge.try_exit()?.is_none(), "the edge exited");
+    cluster.pass()
 }

@@ -13,51 +13,29 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{apply, class_and_namespaces, edge_with, eventually, get};
+use crate::{
+    Edge, Net, Wait, apply, class_and_namespaces, eventually_some, get, listener_condition, m, put,
+};
 
 /// Unusual, so binding it clashes with nothing else.
 const PORT: u16 = 47281;
 
 async fn gateway(client: &Client, ns: &str, name: &str, listeners: serde_json::Value) {
-    apply(
-        &Api::<Gateway>::namespaced(client.clone(), ns),
-        name,
-        json!({
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"gatewayClassName": "aether", "listeners": listeners}}),
-    )
-    .await;
+    let gw = m::Gateway::test(name)
+        .namespace(ns)
+        .spec("listeners", listeners);
+    put::<Gateway>(client, &gw).await;
 }
 
 async fn redirect_route(client: &Client, ns: &str, gateway: &str, to: &str) {
-    apply(
-        &Api::<HttpRoute>::namespaced(client.clone(), ns),
-        "redirect",
-        json!({
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-        "metadata": {"name": "redirect", "namespace": ns},
-        "spec": {"parentRefs": [{"name": gateway, "sectionName": "web"}],
-                 "rules": [{"filters": [{"type": "RequestRedirect",
-                     "requestRedirect": {"hostname": to, "statusCode": 302}}]}]}}),
-    )
-    .await;
+    let route = m::HttpRoute::test("redirect")
+        .namespace(ns)
+        .parent_ref(json!({"name": gateway, "sectionName": "web"}))
+        .redirect(to, 302);
+    put::<HttpRoute>(client, &route).await;
 }
 
 /// (status, reason) of condition `ctype` on listener `listener` of the Gateway.
-fn listener_condition(gw: &Gateway, listener: &str, ctype: &str) -> Option<(String, String)> {
-    let l = gw
-        .status
-        .as_ref()?
-        .listeners
-        .as_ref()?
-        .iter()
-        .find(|l| l.name == listener)?;
-    l.conditions
-        .iter()
-        .find(|c| c.type_ == ctype)
-        .map(|c| (c.status.clone(), c.reason.clone()))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shared_addressing_reports_the_edge_address_and_demuxes_by_hostname() -> Result<(), BoxError>
@@ -105,61 +83,60 @@ async fn shared_addressing_reports_the_edge_address_and_demuxes_by_hostname() ->
     .await;
     redirect_route(&client, "one", "a", "moved-a.example.com").await;
     redirect_route(&client, "two", "b", "moved-b.example.com").await;
-    let _edge = edge_with(
-        &cluster,
-        "127.0.0.60",
-        "shared",
-        &["--per-gateway-addressing=false"],
-    );
+    let listen = Net::allocate().ip(1);
+    let _edge = Edge::new(&cluster, &listen.to_string(), "shared")
+        .args(&["--per-gateway-addressing=false"])
+        .start();
 
     for (ns, name) in [("one", "a"), ("two", "b")] {
         let api = Api::<Gateway>::namespaced(client.clone(), ns);
-        eventually(&format!("{ns}/{name} reports the edge address"), || async {
-            let gw = api.get(name).await.ok()?;
-            let addrs = gw.status.as_ref()?.addresses.clone()?;
-            let programmed = gw
-                .status
-                .as_ref()?
-                .conditions
-                .as_ref()?
-                .iter()
-                .any(|c| c.type_ == "Programmed" && c.status == "True");
-            (addrs.len() == 1 && addrs[0].value == "192.0.2.50" && programmed).then_some(())
-        })
-        .await;
+        eventually_some(
+            &format!("{ns}/{name} reports the edge address"),
+            Wait::API,
+            || async {
+                let gw = api.get(name).await.ok()?;
+                let addrs = gw.status.as_ref()?.addresses.clone()?;
+                let programmed = gw
+                    .status
+                    .as_ref()?
+                    .conditions
+                    .as_ref()?
+                    .iter()
+                    .any(|c| c.type_ == "Programmed" && c.status == "True");
+                (addrs.len() == 1 && addrs[0].value == "192.0.2.50" && programmed).then_some(())
+            },
+        )
+        .await?;
     }
     let b = Api::<Gateway>::namespaced(client.clone(), "two");
-    eventually("b's dup listener is Conflicted", || async {
+    eventually_some("b's dup listener is Conflicted", Wait::API, || async {
         let gw = b.get("b").await.ok()?;
-        (listener_condition(&gw, "dup", "Conflicted")?
-            == ("True".to_owned(), "HostnameConflict".to_owned())
+        let (status, reason, _) = listener_condition(&gw, "dup", "Conflicted")?;
+        ((status, reason) == ("True".to_owned(), "HostnameConflict".to_owned())
             && listener_condition(&gw, "web", "Programmed")?.0 == "True")
             .then_some(())
     })
-    .await;
+    .await?;
 
     // One socket, both Gateways' routes, by hostname.
-    let addr = SocketAddr::from(([127, 0, 0, 60], PORT));
+    let addr = SocketAddr::from((listen, PORT));
     for (host, to) in [
         ("a.example.com", "moved-a.example.com"),
         ("b.example.com", "moved-b.example.com"),
     ] {
-        let answer = eventually(&format!("{host} is served"), || async {
-            get(addr, host)
-                .await
-                .ok()
-                .filter(|r| r.starts_with("HTTP/1.1 302"))
+        let answer = eventually_some(&format!("{host} is served"), Wait::API, || async {
+            get(addr, host).await.ok().filter(|r| r.status == 302)
         })
-        .await;
+        .await?;
         assert!(
             answer
-                .to_ascii_lowercase()
-                .contains(&format!("location: http://{to}:{PORT}/hello")),
-            "{host}: {answer}"
+                .header("location")
+                .is_some_and(|l| l.starts_with(&format!("http://{to}:{PORT}/hello"))),
+            "{host}: {answer:?}"
         );
     }
     let other = get(addr, "c.example.com").await?;
-    assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+    assert_eq!(other.status, 404, "{other:?}");
 
     // No Gateway got a Service of its own.
     let managed = Api::<Service>::all(client.clone())
@@ -174,5 +151,5 @@ async fn shared_addressing_reports_the_edge_address_and_demuxes_by_hostname() ->
             .map(|s| &s.metadata.name)
             .collect::<Vec<_>>()
     );
-    Ok(())
+    cluster.pass()
 }

@@ -255,7 +255,7 @@ fn one<'a, T>(lines: &'a [T], what: &str, pick: impl Fn(&T) -> bool) -> Result<&
 
 #[tokio::test(flavor = "multi_thread")]
 async fn json_access_log_says_why_the_edge_answered() -> TestResult {
-    let env = TestEnv::new(50)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     // --log-format json alone makes the access log JSON too.
     let (edge, seen, _keep) = traffic(&env, &["--log-format", "json"]).await?;
@@ -427,7 +427,7 @@ fn logfmt(line: &str) -> BTreeMap<String, String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn text_access_log_says_why_the_edge_answered() -> TestResult {
-    let env = TestEnv::new(51)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     // Text by default; only errors: the 200s are left out.
     let (edge, _seen, _keep) = traffic(&env, &["--access-log-status", "4xx,5xx"]).await?;
@@ -478,7 +478,7 @@ async fn text_access_log_says_why_the_edge_answered() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn access_log_off_writes_nothing() -> TestResult {
-    let env = TestEnv::new(52)?;
+    let env = TestEnv::new()?;
     let (mut edge, _seen, _keep) = traffic(&env, &["--access-log", "off"]).await?;
     // A drain flushes what was logged: after exit, stdout is final.
     edge.signal("TERM")?;

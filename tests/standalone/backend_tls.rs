@@ -11,32 +11,13 @@ use crate::common::*;
 
 const URI_B: &str = "spiffe://cluster.local/ns/default/sa/b";
 
-/// A Service `svc` (port `http` 80, optional appProtocol) with one endpoint.
+/// A Service `svc` (port `http` 80, optional appProtocol) with one ready endpoint.
 fn service(svc: &str, endpoint: SocketAddr, app_protocol: Option<&str>) -> String {
-    let app = app_protocol.map_or(String::new(), |p| format!("\n    appProtocol: {p}"));
-    format!(
-        "---
-apiVersion: v1
-kind: Service
-metadata: {{name: {svc}, namespace: default}}
-spec:
-  ports:
-  - name: http
-    port: 80{app}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: {svc}-1
-  namespace: default
-  labels: {{kubernetes.io/service-name: {svc}}}
-addressType: IPv4
-ports: [{{name: http, port: {}}}]
-endpoints: [{{addresses: [\"{}\"]}}]
-",
-        endpoint.port(),
-        endpoint.ip()
-    )
+    let mut b = Backend::test(svc);
+    if let Some(p) = app_protocol {
+        b = b.app_protocol(p);
+    }
+    b.endpoint(endpoint, true).yaml()
 }
 
 fn policy(name: &str, created: &str, svc: &str, validation: &str) -> String {
@@ -61,13 +42,7 @@ fn ca_ref(host: &str, cm: &str) -> String {
 /// Everything, with ConfigMap `ca` holding `trusted`.
 fn manifests(net: Net, trusted: &TestCa, other: &TestCa) -> String {
     let (a, b) = (net.echo_a(), net.echo_b());
-    let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&gateway(
-        "default",
-        "edge",
-        Some(&net.ip_str(5)),
-        &[("http", LISTENER_PORT)],
-    ));
+    let mut m = edge_gateway(net);
     m.push_str(&ca_config_map("default", "ca", trusted));
     m.push_str(&ca_config_map("default", "other-ca", other));
     let cases: [(&str, SocketAddr, Option<&str>, String); 8] = [
@@ -135,7 +110,7 @@ fn ancestor(status: &Value, policy: &str) -> Result<Value, BoxError> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn backend_tls_policy_originates_verified_tls_and_follows_ca_rotation() -> TestResult {
-    let env = TestEnv::new(65)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let ca = TestCa::new("backend-ca")?;
     let other = TestCa::new("other-ca")?;
@@ -263,7 +238,7 @@ async fn backend_tls_policy_originates_verified_tls_and_follows_ca_rotation() ->
 /// as the policy says, with no ALPN (the stream is opaque to the edge).
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_route_terminate_backend_is_reached_over_policy_tls() -> TestResult {
-    let env = TestEnv::new(67)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let edge_ca = TestCa::new("edge-ca")?;
     let backend_ca = TestCa::new("backend-ca")?;
@@ -271,25 +246,19 @@ async fn tls_route_terminate_backend_is_reached_over_policy_tls() -> TestResult 
         TlsBackend::start(net.echo_a(), &backend_ca.leaf(&["backend.example.com"])?).await?;
     let ip = net.ip_str(5);
     let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&format!(
-        "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: edge, namespace: default}}
-spec:
-  gatewayClassName: aether
-  addresses: [{{type: IPAddress, value: {ip}}}]
-  listeners:
-  - {{name: tls, port: 8443, protocol: TLS, tls: {{mode: Terminate, certificateRefs: [{{name: wild}}]}}}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: TLSRoute
-metadata: {{name: db, namespace: default}}
-spec:
-  parentRefs: [{{name: edge}}]
-  hostnames: [db.example.com]
-  rules: [{{backendRefs: [{{name: secure, port: 80}}]}}]
-"
+    m.push_str(
+        &Gateway::test("edge")
+            .address(&ip)
+            .tls_terminate("tls", 8443, None, "wild")
+            .yaml(),
+    );
+    m.push_str(&l4_route(
+        "TLSRoute",
+        "db",
+        "edge",
+        None,
+        &["db.example.com"],
+        &[("secure", 1)],
     ));
     m.push_str(&tls_secret(
         "default",

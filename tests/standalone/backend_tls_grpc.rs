@@ -8,10 +8,7 @@ use std::sync::{Arc, Mutex};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use rustls::pki_types::PrivateKeyDer;
-use rustls::pki_types::pem::PemObject;
 use tokio::task::JoinHandle;
-use tokio_rustls::TlsAcceptor;
 use tonic::Code;
 use tonic::codegen::Service as _;
 use tonic::transport::Endpoint;
@@ -31,15 +28,7 @@ async fn tls_health_server(
     reporter
         .set_service_status("aether.Test", ServingStatus::Serving)
         .await;
-    let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes())?;
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_no_client_auth()
-    .with_single_cert(vec![leaf.cert_der.clone()], key)?;
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let acceptor = leaf.acceptor(&[b"h2"])?;
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let snis: Arc<Mutex<Vec<String>>> = Arc::default();
     let seen = Arc::clone(&snis);
@@ -68,54 +57,37 @@ async fn tls_health_server(
 }
 
 fn manifests(net: Net, backend_addr: SocketAddr, ca: &TestCa) -> String {
-    let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&gateway(
-        "default",
-        "edge",
-        Some(&net.ip_str(5)),
-        &[("http", LISTENER_PORT)],
-    ));
+    let mut m = edge_gateway(net);
     // No appProtocol: GRPCRoute backends are HTTP/2 regardless, so ALPN h2.
     m.push_str(&backend("default", "health", backend_addr, true));
-    let pem: String = ca
-        .cert_pem
-        .trim()
-        .lines()
-        .map(|l| format!("    {l}\n"))
-        .collect();
-    m.push_str(&format!(
+    m.push_str(&ca_config_map("default", "grpc-ca", ca));
+    m.push_str(
         "---
-apiVersion: v1
-kind: ConfigMap
-metadata: {{name: grpc-ca, namespace: default}}
-data:
-  ca.crt: |
-{pem}---
 apiVersion: gateway.networking.k8s.io/v1
 kind: BackendTLSPolicy
-metadata: {{name: health-tls, namespace: default}}
+metadata: {name: health-tls, namespace: default}
 spec:
-  targetRefs: [{{group: \"\", kind: Service, name: health}}]
+  targetRefs: [{group: \"\", kind: Service, name: health}]
   validation:
     hostname: grpc.internal.example
-    caCertificateRefs: [{{group: \"\", kind: ConfigMap, name: grpc-ca}}]
+    caCertificateRefs: [{group: \"\", kind: ConfigMap, name: grpc-ca}]
 ---
 apiVersion: gateway.networking.k8s.io/v1
 kind: GRPCRoute
-metadata: {{name: health, namespace: default}}
+metadata: {name: health, namespace: default}
 spec:
-  parentRefs: [{{name: edge}}]
+  parentRefs: [{name: edge}]
   hostnames: [grpc.example.com]
   rules:
-  - backendRefs: [{{name: health, port: 80}}]
-"
-    ));
+  - backendRefs: [{name: health, port: 80}]
+",
+    );
     m
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn grpc_route_backend_is_reached_over_policy_tls_with_h2() -> TestResult {
-    let env = TestEnv::new(66)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
     let ca = TestCa::new("grpc-ca")?;

@@ -29,7 +29,7 @@ async fn post(net: Net, path: &str, len: usize) -> Result<String, BoxError> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bodies_over_the_limit_get_413_and_never_reach_the_backend() -> TestResult {
-    let env = TestEnv::new(81)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     env.write_manifest("m.yaml", &single_route(net, &[]))?;
     let _echo = env.spawn_echo(net.echo_a(), "a").await?;
@@ -58,11 +58,11 @@ async fn bodies_over_the_limit_get_413_and_never_reach_the_backend() -> TestResu
     );
     let metrics = metrics_text(net).await?;
     ensure!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("aether_requests_refused_total")
-                && l.contains("reason=\"body_too_large\"")
-                && !l.ends_with(" 0")),
+        metric_sum_where(
+            &metrics,
+            "aether_requests_refused_total",
+            "reason=\"body_too_large\""
+        ) > 0.0,
         "the refusal was not counted"
     );
     // A well-behaved client on the same listener is unaffected.

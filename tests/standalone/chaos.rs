@@ -45,48 +45,18 @@ const PHASES: [&str; 5] = [
 fn infra(net: Net, backends: &[SocketAddr]) -> String {
     let ip = net.ip_str(5);
     let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&format!(
-        "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata:
-  name: edge
-  namespace: default
-spec:
-  gatewayClassName: aether
-  addresses: [{{type: IPAddress, value: {ip}}}]
-  listeners:
-  - {{name: http, port: {LISTENER_PORT}, protocol: HTTP}}
-  - {{name: https, port: {HTTPS_PORT}, protocol: HTTPS, tls: {{certificateRefs: [{{name: cert}}]}}}}
----
-apiVersion: v1
-kind: Service
-metadata:
-  name: svc
-  namespace: default
-spec:
-  ports:
-  - {{name: http, port: 80, targetPort: {ECHO_PORT}}}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: svc-abc12
-  namespace: default
-  labels:
-    kubernetes.io/service-name: svc
-addressType: IPv4
-ports:
-- {{name: http, port: {ECHO_PORT}}}
-endpoints:
-"
-    ));
+    m.push_str(
+        &Gateway::test("edge")
+            .address(&ip)
+            .http("http", LISTENER_PORT)
+            .https("https", HTTPS_PORT, "cert")
+            .yaml(),
+    );
+    let mut svc = Backend::test("svc");
     for b in backends {
-        m.push_str(&format!(
-            "- {{addresses: [\"{}\"], conditions: {{ready: true}}}}\n",
-            b.ip()
-        ));
+        svc = svc.endpoint(SocketAddr::new(b.ip(), ECHO_PORT), true);
     }
+    m.push_str(&svc.yaml());
     m
 }
 
@@ -158,7 +128,7 @@ impl Loop {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn chaos_kill_flap_rotate_and_takeover_lose_under_a_thousandth() -> TestResult {
-    let env = TestEnv::new(80)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let http = net.addr(5, LISTENER_PORT);
     let backends = [

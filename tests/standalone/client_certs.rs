@@ -92,7 +92,7 @@ async fn get(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn client_certificates_are_required_per_port_with_fallback_and_live_cas() -> TestResult {
-    let env = TestEnv::new(29)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let server_ca = TestCa::new("server-ca")?;
     let server = server_ca.leaf(&["app.example.com"])?;

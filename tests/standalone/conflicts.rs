@@ -7,7 +7,7 @@ use crate::common::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_port_in_use_is_reported_and_retried_while_other_gateways_serve() -> TestResult {
-    let env = TestEnv::new(18)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let taken = net.addr(5, LISTENER_PORT);
     let free = net.addr(6, LISTENER_PORT);
@@ -95,7 +95,7 @@ async fn a_port_in_use_is_reported_and_retried_while_other_gateways_serve() -> T
 
 #[tokio::test(flavor = "multi_thread")]
 async fn address_conflicts_and_invalid_objects_leave_the_rest_serving() -> TestResult {
-    let env = TestEnv::new(19)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let shared = net.addr(5, LISTENER_PORT);
     let mut infra = gateway_class("aether", CONTROLLER);

@@ -25,7 +25,7 @@ async fn seen_with_spoofed_chain(env: &TestEnv) -> Result<(String, String), BoxE
 
 #[tokio::test(flavor = "multi_thread")]
 async fn forwarded_headers_trust_only_the_configured_hops() -> TestResult {
-    let env = TestEnv::new(28)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     env.write_manifest("m.yaml", &single_route(net, &["xff.example.com"]))?;
     let _echo = env.spawn_echo(net.echo_a(), "a").await?;

@@ -9,7 +9,7 @@ use crate::common::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_gateways_on_one_port_serve_only_their_own_routes() -> TestResult {
-    let env = TestEnv::new(11)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let a = net.addr(5, LISTENER_PORT);
     let b = net.addr(6, LISTENER_PORT);
@@ -150,7 +150,7 @@ fn in_pool(net: Net, addr: &str) -> Result<std::net::Ipv4Addr, BoxError> {
         .map_err(|e| err(format!("{addr:?} is not an IPv4 address: {e}")))?;
     let o = ip.octets();
     ensure!(
-        o[0] == 127 && o[1] == 77 && o[2] == net.k && o[3] < 16,
+        o[0] == 127 && o[1] == net.b && o[2] == net.k && o[3] < 16,
         "{ip} is not in the pool {}",
         net.pool()
     );
@@ -172,7 +172,7 @@ async fn check_pool_traffic(env: &TestEnv, one: &str, two: &str) -> TestResult {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn address_pool_is_deterministic_across_restarts() -> TestResult {
-    let env = TestEnv::new(12)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let mut infra = gateway_class("aether", CONTROLLER);
     infra.push_str(&gateway(

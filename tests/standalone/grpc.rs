@@ -46,13 +46,7 @@ async fn client(gw: SocketAddr, host: &str) -> Result<HealthClient<Channel>, Box
 }
 
 fn manifests(net: Net, grpc_backend: SocketAddr) -> String {
-    let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&gateway(
-        "default",
-        "edge",
-        Some(&net.ip_str(5)),
-        &[("http", LISTENER_PORT)],
-    ));
+    let mut m = edge_gateway(net);
     // No appProtocol: GRPCRoute backends are HTTP/2 regardless.
     m.push_str(&backend("default", "health", grpc_backend, true));
     m.push_str(
@@ -76,7 +70,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn grpc_calls_are_routed_by_method_with_status_and_trailers_intact() -> TestResult {
-    let env = TestEnv::new(27)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
     let backend_addr = net.addr(30, 50051);

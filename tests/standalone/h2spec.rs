@@ -23,21 +23,13 @@ const H2C_EXCEPTIONS: &[&str] = &["http2/3.5: Sends invalid connection preface"]
 fn manifests(net: Net) -> String {
     let ip = net.ip_str(5);
     let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&format!(
-        "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata:
-  name: edge
-  namespace: default
-spec:
-  gatewayClassName: aether
-  addresses: [{{type: IPAddress, value: {ip}}}]
-  listeners:
-  - {{name: https, port: {HTTPS_PORT}, protocol: HTTPS, tls: {{certificateRefs: [{{name: cert}}]}}}}
-  - {{name: http, port: {LISTENER_PORT}, protocol: HTTP}}
-"
-    ));
+    m.push_str(
+        &Gateway::test("edge")
+            .address(&ip)
+            .https("https", HTTPS_PORT, "cert")
+            .http("http", LISTENER_PORT)
+            .yaml(),
+    );
     m.push_str(&backend("default", "svc", net.echo_a(), true));
     m.push_str(&route(
         "default",
@@ -113,7 +105,7 @@ async fn h2spec_passes_over_tls_and_h2c() -> TestResult {
     let Some(h2spec) = tokio::task::spawn_blocking(h2spec).await?? else {
         return Ok(());
     };
-    let env = TestEnv::new(35)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let ca = TestCa::new("aether h2spec CA")?;
     let leaf = ca.leaf(&["h2spec.test"])?;

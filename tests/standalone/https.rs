@@ -15,23 +15,15 @@ const HTTPS_PORT: u16 = 8443;
 fn manifests(net: Net) -> String {
     let ip = net.ip_str(5);
     let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&format!(
-        "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata:
-  name: edge
-  namespace: default
-spec:
-  gatewayClassName: aether
-  addresses: [{{type: IPAddress, value: {ip}}}]
-  listeners:
-  - {{name: https-wild, port: {HTTPS_PORT}, protocol: HTTPS, hostname: \"*.example.com\", tls: {{certificateRefs: [{{name: wild}}]}}}}
-  - {{name: https-other, port: {HTTPS_PORT}, protocol: HTTPS, hostname: other.org, tls: {{certificateRefs: [{{name: other}}]}}}}
-  - {{name: http, port: {LISTENER_PORT}, protocol: HTTP}}
-  - {{name: https-broken, port: 9443, protocol: HTTPS, tls: {{certificateRefs: [{{name: missing}}]}}}}
-"
-    ));
+    m.push_str(
+        &Gateway::test("edge")
+            .address(&ip)
+            .https_host("https-wild", HTTPS_PORT, "*.example.com", "wild")
+            .https_host("https-other", HTTPS_PORT, "other.org", "other")
+            .http("http", LISTENER_PORT)
+            .https("https-broken", 9443, "missing")
+            .yaml(),
+    );
     m.push_str(&backend("default", "svc", net.echo_a(), true));
     m.push_str(&route(
         "default",
@@ -45,7 +37,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn https_terminates_by_sni_rotates_certificates_and_reports_bad_refs() -> TestResult {
-    let env = TestEnv::new(21)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let tls_addr = net.addr(5, HTTPS_PORT);
     let ca = TestCa::new("aether test CA")?;

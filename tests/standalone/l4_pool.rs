@@ -17,24 +17,16 @@ const LAST: u16 = 30009;
 fn gateway_yaml(net: Net) -> String {
     let ip = net.ip_str(5);
     let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&format!(
-        "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata:
-  name: shared
-  namespace: default
-  annotations:
-    aether.io/port-range.apps: \"{FIRST}-{LAST}\"
-    aether.io/port-range.dns: \"{FIRST}-{LAST}\"
-spec:
-  gatewayClassName: aether
-  addresses: [{{type: IPAddress, value: {ip}}}]
-  listeners:
-  - {{name: apps, port: {FIRST}, protocol: TCP}}
-  - {{name: dns, port: {FIRST}, protocol: UDP}}
-"
-    ));
+    let range = format!("{FIRST}-{LAST}");
+    m.push_str(
+        &Gateway::test("shared")
+            .address(&ip)
+            .annotation("aether.io/port-range.apps", &range)
+            .annotation("aether.io/port-range.dns", &range)
+            .listener(serde_json::json!({"name": "apps", "port": FIRST, "protocol": "TCP"}))
+            .listener(serde_json::json!({"name": "dns", "port": FIRST, "protocol": "UDP"}))
+            .yaml(),
+    );
     for (i, svc) in ["svc-1", "svc-2", "svc-3"].iter().enumerate() {
         let host = 251 + u8::try_from(i).unwrap_or(0);
         m.push_str(&backend("default", svc, net.addr(host, 7100), true));
@@ -94,7 +86,7 @@ async fn greeting(net: Net, addr: SocketAddr) -> Result<String, BoxError> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn port_pools_assign_stable_ports_per_route_and_survive_a_restart() -> TestResult {
-    let env = TestEnv::new(63)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let mut backends = Vec::new();
     for (i, name) in ["one", "two", "three"].iter().enumerate() {

@@ -58,7 +58,7 @@ async fn read_to_end(s: &mut tokio::net::TcpStream) -> Result<String, BoxError> 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tcp_route_forwards_bytes_with_half_close_and_closes_on_connect_failure() -> TestResult {
-    let env = TestEnv::new(60)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let _backend = tcp_backend(net.addr(251, 7100), "a").await?;
     env.write_manifest("l4.yaml", &manifests(net))?;
@@ -148,11 +148,11 @@ async fn tcp_route_forwards_bytes_with_half_close_and_closes_on_connect_failure(
 
     let metrics = metrics_text(net).await?;
     ensure!(
-        metrics
-            .lines()
-            .any(|l| l.starts_with("aether_tcp_connections_total")
-                && l.contains("route=\"default/echo\"")
-                && !l.ends_with(" 0")),
+        metric_sum_where(
+            &metrics,
+            "aether_tcp_connections_total",
+            "route=\"default/echo\""
+        ) > 0.0,
         "no aether_tcp_connections_total for default/echo:\n{metrics}"
     );
     ensure!(
@@ -168,7 +168,7 @@ async fn tcp_route_forwards_bytes_with_half_close_and_closes_on_connect_failure(
 /// Connections split by backendRef weight (3:1), and a zero-weight backend gets none.
 #[tokio::test(flavor = "multi_thread")]
 async fn tcp_route_splits_connections_by_weight() -> TestResult {
-    let env = TestEnv::new(64)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let _a = tcp_backend(net.addr(251, 7100), "a").await?;
     let _b = tcp_backend(net.addr(252, 7100), "b").await?;

@@ -46,16 +46,9 @@ async fn round_trip(
     Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 
-fn metric(text: &str, name: &str, label: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(name) && l.contains(label))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn udp_route_round_trips_per_flow_expires_idle_flows_and_bounds_one_source() -> TestResult {
-    let env = TestEnv::new(61)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let _backend = udp_backend(net.addr(251, 7100), "a").await?;
     env.write_manifest("l4.yaml", &manifests(net))?;
@@ -93,7 +86,7 @@ async fn udp_route_round_trips_per_flow_expires_idle_flows_and_bounds_one_source
     }
     let m = metrics_text(net).await?;
     ensure!(
-        metric(&m, "aether_udp_flows_total", "route=\"default/dns\"") == 2.0,
+        metric_sum_where(&m, "aether_udp_flows_total", "route=\"default/dns\"") == 2.0,
         "expected 2 flows:\n{m}"
     );
 
@@ -103,7 +96,7 @@ async fn udp_route_round_trips_per_flow_expires_idle_flows_and_bounds_one_source
         Duration::from_secs(5),
         || async move {
             let m = metrics_text(net).await?;
-            let active = metric(&m, "aether_udp_flows_active", "");
+            let active = metric_sum_where(&m, "aether_udp_flows_active", "");
             ensure!(active == 0.0, "{active} flows still active");
             Ok(())
         },
@@ -134,7 +127,7 @@ async fn udp_route_round_trips_per_flow_expires_idle_flows_and_bounds_one_source
     );
     let m = metrics_text(net).await?;
     ensure!(
-        metric(
+        metric_sum_where(
             &m,
             "aether_udp_dropped_total",
             "reason=\"source_flow_limit\""

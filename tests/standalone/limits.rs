@@ -77,7 +77,7 @@ async fn setup(env: &TestEnv, extra: &[&str]) -> Result<(Proc, Proc), BoxError> 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn slowloris_and_oversized_requests_are_cut_while_good_clients_are_served() -> TestResult {
-    let env = TestEnv::new(22)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
     let (_echo, mut edge) = setup(
@@ -175,7 +175,7 @@ async fn slowloris_and_oversized_requests_are_cut_while_good_clients_are_served(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn connections_beyond_the_limit_are_refused_and_counted() -> TestResult {
-    let env = TestEnv::new(23)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
     let (_echo, mut edge) = setup(&env, &["--max-connections-per-listener", "8"]).await?;
@@ -223,7 +223,7 @@ fn h2_frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn http2_rapid_reset_floods_are_cut_off() -> TestResult {
-    let env = TestEnv::new(24)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
     let (_echo, mut edge) = setup(&env, &[]).await?;
@@ -271,7 +271,7 @@ async fn http2_rapid_reset_floods_are_cut_off() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn over_the_memory_budget_new_connections_are_refused_and_counted() -> TestResult {
-    let env = TestEnv::new(25)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
     let m = single_route(net, &[]);

@@ -14,19 +14,17 @@ const SQUATTED_PORT: u16 = 8444;
 fn gateway(net: Net, admit: &str) -> String {
     let ip = net.ip_str(5);
     let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&format!(
-        "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: edge, namespace: infra}}
-spec:
-  gatewayClassName: aether
-  addresses: [{{type: IPAddress, value: {ip}}}]
-  allowedListeners: {{namespaces: {{from: {admit}}}}}
-  listeners:
-  - {{name: http, port: {LISTENER_PORT}, protocol: HTTP}}
-"
-    ));
+    m.push_str(
+        &Gateway::test("edge")
+            .namespace("infra")
+            .address(&ip)
+            .spec(
+                "allowedListeners",
+                serde_json::json!({"namespaces": {"from": admit}}),
+            )
+            .http("http", LISTENER_PORT)
+            .yaml(),
+    );
     m
 }
 
@@ -69,7 +67,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn listenerset_https_listener_serves_its_namespace_and_follows_admission() -> TestResult {
-    let env = TestEnv::new(75)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let tls_addr = net.addr(5, TLS_PORT);
     let ca = TestCa::new("aether listenerset CA")?;

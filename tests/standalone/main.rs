@@ -1,7 +1,9 @@
 //! End-to-end tests of the `aether-edge` binary: each test starts the real binary (and
-//! echo backends) on its own loopback network 127.77.k.0/24 and talks real HTTP/1.1 and
+//! echo backends) on a loopback network of its own (127.77.k.0/24, `Net::allocate`) and talks real HTTP/1.1 and
 //! h2c to it.
 
+// clippy.toml's allow-unwrap-in-tests covers #[test] functions only; this crate's
+// helpers (outside them) may unwrap too: a panic is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[macro_use]

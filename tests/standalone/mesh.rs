@@ -11,13 +11,7 @@ use crate::common::*;
 
 /// Gateway `default/edge` at .5:8080 with one route per `(hostname, service)`.
 pub(crate) fn gateway_and_routes(net: Net, routes: &[(&str, &str)]) -> String {
-    let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&gateway(
-        "default",
-        "edge",
-        Some(&net.ip_str(5)),
-        &[("http", LISTENER_PORT)],
-    ));
+    let mut m = edge_gateway(net);
     for (i, (host, svc)) in routes.iter().enumerate() {
         m.push_str(&route(
             "default",
@@ -32,7 +26,7 @@ pub(crate) fn gateway_and_routes(net: Net, routes: &[(&str, &str)]) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn mesh_request_reaches_the_inbound_listener_over_mtls_as_the_edge() -> TestResult {
-    let env = TestEnv::new(40)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let ca = SpiffeCa::new()?;
     let pod_ip = IpAddr::V4(net.ip(11));
@@ -80,6 +74,7 @@ async fn mesh_request_reaches_the_inbound_listener_over_mtls_as_the_edge() -> Te
         .await?;
 
     // A client-supplied XFCC must not survive: only the inbound listener sets one.
+    let direct_workload = SocketAddr::new(direct_ip, ECHO_PORT).to_string();
     let mut c = H1Conn::connect(net.client_ip(), net.gw()).await?;
     let r = c
         .send(
@@ -92,7 +87,7 @@ async fn mesh_request_reaches_the_inbound_listener_over_mtls_as_the_edge() -> Te
                     "URI=spiffe://mesh.test/ns/kube-system/sa/admin",
                 ),
                 // A client may not pick the workload port behind the inbound listener.
-                ("x-envoy-original-dst-host", "127.77.40.12:9000"),
+                ("x-envoy-original-dst-host", &direct_workload),
             ],
         )
         .await?;
@@ -170,7 +165,7 @@ async fn mesh_request_reaches_the_inbound_listener_over_mtls_as_the_edge() -> Te
 
 #[tokio::test(flavor = "multi_thread")]
 async fn mesh_peer_with_the_wrong_spiffe_id_is_refused_and_counted() -> TestResult {
-    let env = TestEnv::new(41)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let ca = SpiffeCa::new()?;
     let other_ca = SpiffeCa::new()?;
@@ -254,7 +249,7 @@ async fn mesh_peer_with_the_wrong_spiffe_id_is_refused_and_counted() -> TestResu
 
 #[tokio::test(flavor = "multi_thread")]
 async fn mesh_never_sends_plaintext_to_the_inbound_port() -> TestResult {
-    let env = TestEnv::new(42)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let ca = SpiffeCa::new()?;
     let pod_ip = IpAddr::V4(net.ip(11));
@@ -302,7 +297,7 @@ async fn mesh_never_sends_plaintext_to_the_inbound_port() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn mesh_mode_is_not_ready_until_it_holds_an_svid() -> TestResult {
-    let env = TestEnv::new(43)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let ca = SpiffeCa::new()?;
     let mut m = gateway_and_routes(net, &[("mesh.example", "svc")]);

@@ -8,18 +8,12 @@ use crate::common::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn mesh_endpoint_killed_under_load_costs_under_a_thousandth_of_requests() -> TestResult {
-    let env = TestEnv::new(47)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let ca = SpiffeCa::new()?;
     let (a, b) = (IpAddr::V4(net.ip(11)), IpAddr::V4(net.ip(12)));
     let edge_files = write_svid(env.dir.path(), "edge", &ca.svid(EDGE_ID, "edge-1")?, &ca)?;
-    let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&gateway(
-        "default",
-        "edge",
-        Some(&net.ip_str(5)),
-        &[("http", LISTENER_PORT)],
-    ));
+    let mut m = edge_gateway(net);
     m.push_str(&route(
         "default",
         "r",

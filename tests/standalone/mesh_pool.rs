@@ -10,7 +10,7 @@ use crate::mesh::gateway_and_routes;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn mesh_200_concurrent_requests_to_one_pod_use_a_handful_of_connections() -> TestResult {
-    let env = TestEnv::new(44)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let ca = SpiffeCa::new()?;
     let pod_ip = IpAddr::V4(net.ip(11));

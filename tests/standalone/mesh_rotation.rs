@@ -12,13 +12,7 @@ use http::StatusCode;
 use crate::common::*;
 
 fn manifests(net: Net, pod_ip: IpAddr) -> String {
-    let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&gateway(
-        "default",
-        "edge",
-        Some(&net.ip_str(5)),
-        &[("http", LISTENER_PORT)],
-    ));
+    let mut m = edge_gateway(net);
     m.push_str(&route(
         "default",
         "r",
@@ -58,7 +52,7 @@ fn xfcc_cn(e: &Echo) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn mesh_svid_rotation_under_load_drops_no_request_and_new_connections_use_the_new_svid()
 -> TestResult {
-    let env = TestEnv::new(45)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let ca = SpiffeCa::new()?;
     let pod_ip = IpAddr::V4(net.ip(11));
@@ -134,7 +128,7 @@ async fn mesh_svid_rotation_under_load_drops_no_request_and_new_connections_use_
 #[tokio::test(flavor = "multi_thread")]
 async fn mesh_workload_api_absent_then_gone_keeps_the_current_svid_and_picks_up_the_next()
 -> TestResult {
-    let env = TestEnv::new(46)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let ca = SpiffeCa::new()?;
     let pod_ip = IpAddr::V4(net.ip(11));

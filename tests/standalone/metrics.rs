@@ -49,7 +49,7 @@ fn samples(text: &str, name: &str) -> Vec<Sample> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_count_routed_requests() -> TestResult {
-    let env = TestEnv::new(15)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
     env.write_manifest("infra.yaml", &standard_infra(net))?;

@@ -136,7 +136,7 @@ pub fn missing_help_or_type(text: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn every_metric_has_help_and_type() -> TestResult {
-    let env = TestEnv::new(36)?;
+    let env = TestEnv::new()?;
     let text = scrape_after_traffic(&env).await?;
     let problems = missing_help_or_type(&text);
     ensure!(
@@ -227,7 +227,7 @@ async fn promtool_check_metrics_passes() -> TestResult {
     let Some(promtool) = promtool()? else {
         return Ok(());
     };
-    let env = TestEnv::new(37)?;
+    let env = TestEnv::new()?;
     let text = scrape_after_traffic(&env).await?;
     let (ok, said) = promtool_check(&promtool, &text)?;
     ensure!(
@@ -248,30 +248,16 @@ async fn promtool_check_metrics_passes() -> TestResult {
 
 /// A Gateway `edge` on the test's address whose HTTP listeners `(name, hostname)` all
 /// share port LISTENER_PORT.
-fn edge_gateway(net: Net, listeners: &[(&str, Option<&str>)]) -> String {
+fn edge_with_listeners(net: Net, listeners: &[(&str, Option<&str>)]) -> String {
     let mut s = gateway_class("aether", CONTROLLER);
-    s.push_str(&format!(
-        "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata:
-  name: edge
-  namespace: default
-spec:
-  gatewayClassName: aether
-  addresses: [{{type: IPAddress, value: {}}}]
-  listeners:
-",
-        net.ip_str(5)
-    ));
+    let mut gw = Gateway::test("edge").address(&net.ip_str(5));
     for (name, hostname) in listeners {
-        s.push_str(&format!(
-            "  - {{name: {name}, port: {LISTENER_PORT}, protocol: HTTP{}}}\n",
-            hostname
-                .map(|h| format!(", hostname: {h}"))
-                .unwrap_or_default()
-        ));
+        gw = match hostname {
+            Some(h) => gw.http_host(name, LISTENER_PORT, h),
+            None => gw.http(name, LISTENER_PORT),
+        };
     }
+    s.push_str(&gw.yaml());
     s.push_str(&backend("default", "svc-a", net.echo_a(), true));
     s
 }
@@ -294,10 +280,10 @@ fn connection_listeners(text: &str) -> Vec<String> {
 /// accepted after it; the socket (and its earlier series) stays.
 #[tokio::test(flavor = "multi_thread")]
 async fn listener_labels_follow_a_reload() -> TestResult {
-    let env = TestEnv::new(38)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
-    env.write_manifest("infra.yaml", &edge_gateway(net, &[("http", None)]))?;
+    env.write_manifest("infra.yaml", &edge_with_listeners(net, &[("http", None)]))?;
     env.write_manifest(
         "routes.yaml",
         &route(
@@ -326,7 +312,7 @@ async fn listener_labels_follow_a_reload() -> TestResult {
 
     env.write_manifest(
         "infra.yaml",
-        &edge_gateway(net, &[("http", None), ("extra", Some("extra.example.com"))]),
+        &edge_with_listeners(net, &[("http", None), ("extra", Some("extra.example.com"))]),
     )?;
     eventually(
         "the second listener is folded into the socket",

@@ -15,7 +15,7 @@ fn lines_with(log: &str, needle: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_missing_manifests_path_is_a_startup_error() -> TestResult {
-    let env = TestEnv::new(90)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     env.write_manifest("infra.yaml", &standard_infra(net))?;
     let missing = env.dir.path().join("no-such-manifests");
@@ -54,7 +54,7 @@ async fn a_missing_manifests_path_is_a_startup_error() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failing_bind_logs_once_then_binds_when_the_port_frees() -> TestResult {
-    let env = TestEnv::new(91)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
     // Another process holds the Gateway's socket before the edge starts.
@@ -126,7 +126,7 @@ async fn a_failing_bind_logs_once_then_binds_when_the_port_frees() -> TestResult
 
 #[tokio::test(flavor = "multi_thread")]
 async fn log_format_json_writes_one_json_object_per_line() -> TestResult {
-    let env = TestEnv::new(92)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let mut infra = standard_infra(net);
     infra.push_str(&route(

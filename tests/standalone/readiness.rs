@@ -15,7 +15,7 @@ const EXTRA_ROUTES: usize = 300;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn readyz_is_503_until_the_first_configuration_listens() -> TestResult {
-    let env = TestEnv::new(34)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
     let mut manifest = single_route(net, &["ready.example.com"]);

@@ -141,7 +141,7 @@ async fn poll_route(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn hot_reload_has_zero_failed_requests() -> TestResult {
-    let env = TestEnv::new(9)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
     env.write_manifest("infra.yaml", &standard_infra(net))?;
@@ -257,7 +257,7 @@ fn manifest_errors(st: &Value) -> Vec<Value> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn broken_yaml_keeps_the_last_good_state() -> TestResult {
-    let env = TestEnv::new(10)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
     env.write_manifest("infra.yaml", &standard_infra(net))?;
@@ -397,7 +397,7 @@ spec:
 /// to both are live.
 #[tokio::test(flavor = "multi_thread")]
 async fn manifests_from_a_file_and_a_nested_directory_are_watched() -> TestResult {
-    let env = TestEnv::new(17)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
     let infra_file = env.dir.path().join("infra.yaml");
@@ -457,13 +457,7 @@ async fn manifests_from_a_file_and_a_nested_directory_are_watched() -> TestResul
     .await?;
 
     // Edit the single file: svc-a's EndpointSlice now points at echo "b".
-    let mut infra = gateway_class("aether", CONTROLLER);
-    infra.push_str(&gateway(
-        "default",
-        "edge",
-        Some(&net.ip_str(5)),
-        &[("http", LISTENER_PORT)],
-    ));
+    let mut infra = edge_gateway(net);
     infra.push_str(&backend("default", "svc-a", net.echo_b(), true));
     std::fs::write(&infra_file, infra)?;
     eventually(
@@ -484,16 +478,10 @@ async fn manifests_from_a_file_and_a_nested_directory_are_watched() -> TestResul
 /// goes, with no restart.
 #[tokio::test(flavor = "multi_thread")]
 async fn reference_grants_that_come_and_go_take_effect_while_serving() -> TestResult {
-    let env = TestEnv::new(26)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
-    let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&gateway(
-        "default",
-        "edge",
-        Some(&net.ip_str(5)),
-        &[("http", LISTENER_PORT)],
-    ));
+    let mut m = edge_gateway(net);
     m.push_str(&backend("apps", "svc", net.echo_a(), true));
     m.push_str(
         "---
@@ -564,7 +552,7 @@ spec:
 /// a real change then publishes exactly once more and is served.
 #[tokio::test(flavor = "multi_thread")]
 async fn writes_that_change_nothing_publish_nothing() -> TestResult {
-    let env = TestEnv::new(97)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
     std::fs::write(env.manifests().join("infra.yaml"), standard_infra(net))?;

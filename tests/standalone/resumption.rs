@@ -20,24 +20,18 @@ const RETURNS: usize = 8;
 
 fn manifests(net: Net, server: &Leaf, client_ca: Option<&TestCa>) -> String {
     let ip = net.ip_str(5);
-    let validation = client_ca.map_or(String::new(), |_| {
-        "  tls:\n    frontend:\n      default:\n        validation:\n          caCertificateRefs: [{group: \"\", kind: ConfigMap, name: client-ca}]\n".to_owned()
-    });
+    let mut gw = Gateway::test("edge")
+        .address(&ip)
+        .https("https", HTTPS, "server");
+    if client_ca.is_some() {
+        gw = gw.spec(
+            "tls",
+            serde_json::json!({"frontend": {"default": {"validation": {"caCertificateRefs":
+                [{"group": "", "kind": "ConfigMap", "name": "client-ca"}]}}}}),
+        );
+    }
     let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&format!(
-        "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata:
-  name: edge
-  namespace: default
-spec:
-  gatewayClassName: aether
-  addresses: [{{type: IPAddress, value: {ip}}}]
-{validation}  listeners:
-  - {{name: https, port: {HTTPS}, protocol: HTTPS, tls: {{certificateRefs: [{{name: server}}]}}}}
-"
-    ));
+    m.push_str(&gw.yaml());
     m.push_str(&tls_secret("default", "server", server));
     if let Some(ca) = client_ca {
         m.push_str(&ca_config_map("default", "client-ca", ca));
@@ -87,7 +81,7 @@ async fn get(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sessions_resume_on_any_worker_but_not_past_a_new_client_certificate_rule() -> TestResult {
-    let env = TestEnv::new(39)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let server_ca = TestCa::new("server-ca")?;
     let server = server_ca.leaf(&[HOST])?;

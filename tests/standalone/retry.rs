@@ -77,7 +77,7 @@ fn retries(metrics: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn plain_mode_retries_a_refused_connect_on_another_endpoint() -> TestResult {
-    let env = TestEnv::new(70)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     env.write_manifest("m.yaml", &two_endpoints(net, net.addr(253, ECHO_PORT)))?;
     let _echo = env.spawn_echo(net.echo_a(), "a").await?;
@@ -121,7 +121,7 @@ async fn plain_mode_retries_a_refused_connect_on_another_endpoint() -> TestResul
 
 #[tokio::test(flavor = "multi_thread")]
 async fn plain_mode_endpoint_killed_under_load_costs_only_requests_in_flight() -> TestResult {
-    let env = TestEnv::new(71)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     env.write_manifest("m.yaml", &two_endpoints(net, net.echo_b()))?;
     let _echo_a = env.spawn_echo(net.echo_a(), "a").await?;
@@ -191,7 +191,7 @@ impl hyper::body::Body for Chunked {
 async fn a_refused_connect_is_retried_for_a_streamed_body_too() -> TestResult {
     use http_body_util::BodyExt;
 
-    let env = TestEnv::new(73)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     env.write_manifest("m.yaml", &two_endpoints(net, net.addr(253, ECHO_PORT)))?;
     let _echo = env.spawn_echo(net.echo_a(), "a").await?;

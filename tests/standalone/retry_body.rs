@@ -14,11 +14,21 @@ use crate::common::*;
 const HOST: &str = "body.example";
 
 fn manifests(net: Net) -> String {
-    let mut m = single_route(net, &[HOST]);
-    // The route `r` of single_route, with a retry on 503.
-    m = m.replace(
-        "    backendRefs:\n    - name: svc\n",
-        "    retry:\n      codes: [503]\n      attempts: 2\n      backoff: 10ms\n    backendRefs:\n    - name: svc\n",
+    // single_route's setup, its route `r` with a retry on 503.
+    let mut m = serving_infra(net);
+    m.push_str(
+        &http_route(
+            "default",
+            "r",
+            "edge",
+            &[HOST],
+            &[("PathPrefix", "/", "svc")],
+        )
+        .rule_field(
+            "retry",
+            serde_json::json!({"codes": [503], "attempts": 2, "backoff": "10ms"}),
+        )
+        .yaml(),
     );
     m
 }
@@ -63,7 +73,7 @@ fn header(h: &http::HeaderMap, name: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn retry_replays_only_bounded_bodies_of_idempotent_requests() -> TestResult {
-    let env = TestEnv::new(72)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     env.write_manifest("m.yaml", &manifests(net))?;
     let _echo = env.spawn_echo(net.echo_a(), "a").await?;

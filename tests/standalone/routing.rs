@@ -67,7 +67,7 @@ fn check_forwarded(e: &Echo, env: &TestEnv, host: &str, path: &str) -> TestResul
 
 #[tokio::test(flavor = "multi_thread")]
 async fn routing_http1_hosts_paths_and_forwarding_headers() -> TestResult {
-    let env = TestEnv::new(1)?;
+    let env = TestEnv::new()?;
     let gw = env.net.gw();
     env.write_manifest("infra.yaml", &standard_infra(env.net))?;
     env.write_manifest("routes.yaml", &host_routes())?;
@@ -176,7 +176,7 @@ async fn routing_http1_hosts_paths_and_forwarding_headers() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn routing_h2c_hosts_paths_and_forwarding_headers() -> TestResult {
-    let env = TestEnv::new(2)?;
+    let env = TestEnv::new()?;
     let gw = env.net.gw();
     env.write_manifest("infra.yaml", &standard_infra(env.net))?;
     env.write_manifest("routes.yaml", &host_routes())?;
@@ -257,7 +257,7 @@ async fn routing_h2c_hosts_paths_and_forwarding_headers() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn routing_path_prefix_vs_exact_precedence() -> TestResult {
-    let env = TestEnv::new(3)?;
+    let env = TestEnv::new()?;
     let gw = env.net.gw();
     env.write_manifest("infra.yaml", &standard_infra(env.net))?;
     let mut routes = route(
@@ -332,7 +332,7 @@ async fn routing_path_prefix_vs_exact_precedence() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn routing_header_query_and_method_matches() -> TestResult {
-    let env = TestEnv::new(4)?;
+    let env = TestEnv::new()?;
     let gw = env.net.gw();
     env.write_manifest("infra.yaml", &standard_infra(env.net))?;
     let routes = "---
@@ -546,7 +546,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn backend_errors_and_listener_readyz() -> TestResult {
-    let env = TestEnv::new(5)?;
+    let env = TestEnv::new()?;
     let gw = env.net.gw();
     let mut infra = standard_infra(env.net);
     // svc-down: an EndpointSlice whose only endpoint is not ready.
@@ -655,18 +655,16 @@ spec:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn foreign_gateway_class_is_not_served() -> TestResult {
-    let env = TestEnv::new(6)?;
+    let env = TestEnv::new()?;
     let gw = env.net.gw();
     let mut infra = standard_infra(env.net);
     infra.push_str(&gateway_class("foreign", "example.com/other-controller"));
     infra.push_str(
-        &gateway(
-            "default",
-            "foreign-gw",
-            Some(&env.net.ip_str(7)),
-            &[("http", LISTENER_PORT)],
-        )
-        .replace("gatewayClassName: aether", "gatewayClassName: foreign"),
+        &Gateway::test("foreign-gw")
+            .class("foreign")
+            .address(&env.net.ip_str(7))
+            .http("http", LISTENER_PORT)
+            .yaml(),
     );
     env.write_manifest("infra.yaml", &infra)?;
     let mut routes = route(
@@ -708,7 +706,7 @@ async fn foreign_gateway_class_is_not_served() -> TestResult {
 /// The echo backend itself (the test tool): both protocols, path and query, delay.
 #[tokio::test(flavor = "multi_thread")]
 async fn echo_backend_speaks_http1_and_h2c() -> TestResult {
-    let env = TestEnv::new(16)?;
+    let env = TestEnv::new()?;
     let echo = env.net.echo_a();
     let _echo = env.spawn_echo(echo, "solo").await?;
     let e = env

@@ -42,7 +42,7 @@ async fn wait_not_accepting(env: &TestEnv, addr: std::net::SocketAddr) -> TestRe
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_drains_in_flight_requests_and_exits_zero() -> TestResult {
-    let env = TestEnv::new(13)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
     slow_manifests(&env)?;
@@ -157,7 +157,7 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigint_exits_zero_within_the_drain_timeout() -> TestResult {
-    let env = TestEnv::new(14)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
     slow_manifests(&env)?;

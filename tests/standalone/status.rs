@@ -1,7 +1,7 @@
 //! Admin `/status`: Gateway API status of GatewayClasses, Gateways and HTTPRoutes.
 
 use http::StatusCode;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::common::*;
 
@@ -174,7 +174,7 @@ fn check_parent_refs(st: &Value) -> TestResult {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn status_reports_gateway_api_conditions() -> TestResult {
-    let env = TestEnv::new(7)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let mut infra = gateway_class("aether", CONTROLLER);
     infra.push_str(&gateway(
@@ -185,67 +185,26 @@ async fn status_reports_gateway_api_conditions() -> TestResult {
     ));
     infra.push_str(&backend("default", "svc-a", net.echo_a(), true));
     env.write_manifest("infra.yaml", &infra)?;
-    let routes = "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: route-all
-  namespace: default
-spec:
-  parentRefs:
-  - name: edge
-  hostnames: [\"all.example.com\"]
-  rules:
-  - backendRefs:
-    - name: svc-a
-      port: 80
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: route-section
-  namespace: default
-spec:
-  parentRefs:
-  - name: edge
-    sectionName: http
-  hostnames: [\"section.example.com\"]
-  rules:
-  - backendRefs:
-    - name: svc-a
-      port: 80
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: route-missing-backend
-  namespace: default
-spec:
-  parentRefs:
-  - name: edge
-    sectionName: http
-  hostnames: [\"missing.example.com\"]
-  rules:
-  - backendRefs:
-    - name: svc-nope
-      port: 80
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: route-bad-section
-  namespace: default
-spec:
-  parentRefs:
-  - name: edge
-    sectionName: nope
-  hostnames: [\"bad.example.com\"]
-  rules:
-  - backendRefs:
-    - name: svc-a
-      port: 80
-";
-    env.write_manifest("routes.yaml", routes)?;
+    let routes = [
+        HttpRoute::test("route-all")
+            .parent("edge")
+            .hostname("all.example.com")
+            .backend("svc-a", 80),
+        HttpRoute::test("route-section")
+            .section("edge", "http")
+            .hostname("section.example.com")
+            .backend("svc-a", 80),
+        HttpRoute::test("route-missing-backend")
+            .section("edge", "http")
+            .hostname("missing.example.com")
+            .backend("svc-nope", 80),
+        HttpRoute::test("route-bad-section")
+            .section("edge", "nope")
+            .hostname("bad.example.com")
+            .backend("svc-a", 80),
+    ];
+    let routes: String = routes.iter().map(Manifest::yaml).collect();
+    env.write_manifest("routes.yaml", &routes)?;
     let _echo = env.spawn_echo(net.echo_a(), "a").await?;
     let _edge = env.spawn_edge("edge").await?;
     env.wait_listener(net.gw()).await?;
@@ -289,116 +248,45 @@ spec:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn status_reports_route_rejection_reasons() -> TestResult {
-    let env = TestEnv::new(8)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let mut infra = gateway_class("aether", CONTROLLER);
     infra.push_str(&namespace("other"));
-    infra.push_str(&format!(
-        "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata:
-  name: edge
-  namespace: default
-spec:
-  gatewayClassName: aether
-  addresses:
-  - type: IPAddress
-    value: {}
-  listeners:
-  - name: http
-    port: 8080
-    protocol: HTTP
-  - name: wild
-    port: 8081
-    protocol: HTTP
-    hostname: \"*.example.com\"
-",
-        net.ip_str(5)
-    ));
+    infra.push_str(
+        &Gateway::test("edge")
+            .address(&net.ip_str(5))
+            .http("http", 8080)
+            .http_host("wild", 8081, "*.example.com")
+            .yaml(),
+    );
     infra.push_str(&backend("default", "svc-a", net.echo_a(), true));
     infra.push_str(&backend("other", "svc-other", net.echo_b(), true));
     env.write_manifest("infra.yaml", &infra)?;
-    let routes = "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: route-other-ns
-  namespace: other
-spec:
-  parentRefs:
-  - name: edge
-    namespace: default
-    sectionName: http
-  hostnames: [\"otherns.example.com\"]
-  rules:
-  - backendRefs:
-    - name: svc-other
-      port: 80
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: route-bad-host
-  namespace: default
-spec:
-  parentRefs:
-  - name: edge
-    sectionName: wild
-  hostnames: [\"foo.other.org\"]
-  rules:
-  - backendRefs:
-    - name: svc-a
-      port: 80
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: route-wrong-kind
-  namespace: default
-spec:
-  parentRefs:
-  - name: edge
-    sectionName: http
-  hostnames: [\"kind.example.com\"]
-  rules:
-  - backendRefs:
-    - group: \"\"
-      kind: ConfigMap
-      name: svc-a
-      port: 80
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: route-cross-ns
-  namespace: default
-spec:
-  parentRefs:
-  - name: edge
-    sectionName: http
-  hostnames: [\"cross.example.com\"]
-  rules:
-  - backendRefs:
-    - name: svc-other
-      namespace: other
-      port: 80
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata:
-  name: route-good
-  namespace: default
-spec:
-  parentRefs:
-  - name: edge
-  hostnames: [\"good.example.com\"]
-  rules:
-  - backendRefs:
-    - name: svc-a
-      port: 80
-";
-    env.write_manifest("routes.yaml", routes)?;
+    let routes = [
+        HttpRoute::test("route-other-ns")
+            .namespace("other")
+            .parent_ref(json!({"name": "edge", "namespace": "default", "sectionName": "http"}))
+            .hostname("otherns.example.com")
+            .backend("svc-other", 80),
+        HttpRoute::test("route-bad-host")
+            .section("edge", "wild")
+            .hostname("foo.other.org")
+            .backend("svc-a", 80),
+        HttpRoute::test("route-wrong-kind")
+            .section("edge", "http")
+            .hostname("kind.example.com")
+            .backend_ref(json!({"group": "", "kind": "ConfigMap", "name": "svc-a", "port": 80})),
+        HttpRoute::test("route-cross-ns")
+            .section("edge", "http")
+            .hostname("cross.example.com")
+            .backend_ref(json!({"name": "svc-other", "namespace": "other", "port": 80})),
+        HttpRoute::test("route-good")
+            .parent("edge")
+            .hostname("good.example.com")
+            .backend("svc-a", 80),
+    ];
+    let routes: String = routes.iter().map(Manifest::yaml).collect();
+    env.write_manifest("routes.yaml", &routes)?;
     let _echoes = env.spawn_echoes().await?;
     let _edge = env.spawn_edge("edge").await?;
     env.wait_listener(net.gw()).await?;

@@ -18,7 +18,7 @@ const REQUESTS: usize = 4000;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_second_edge_takes_over_the_listeners_losing_under_a_thousandth() -> TestResult {
-    let env = TestEnv::new(32)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
     env.write_manifest("m.yaml", &single_route(net, &["take.example.com"]))?;

@@ -13,27 +13,18 @@ const TLS_PORT: u16 = 8883;
 fn manifests(net: Net, edge_leaf: &Leaf) -> String {
     let ip = net.ip_str(5);
     let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&format!(
-        "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: edge, namespace: default}}
-spec:
-  gatewayClassName: aether
-  addresses: [{{type: IPAddress, value: {ip}}}]
-  listeners:
-  - name: tls-terminate
-    port: {TLS_PORT}
-    protocol: TLS
-    hostname: tls.example.com
-    tls: {{mode: Terminate, certificateRefs: [{{name: edge-cert}}]}}
-  - name: tls-passthrough
-    port: {TLS_PORT}
-    protocol: TLS
-    hostname: \"*.example.com\"
-    tls: {{mode: Passthrough}}
-"
-    ));
+    m.push_str(
+        &Gateway::test("edge")
+            .address(&ip)
+            .tls_terminate(
+                "tls-terminate",
+                TLS_PORT,
+                Some("tls.example.com"),
+                "edge-cert",
+            )
+            .tls_passthrough("tls-passthrough", TLS_PORT, Some("*.example.com"))
+            .yaml(),
+    );
     // No sectionName: each route's hostname picks its listener.
     m.push_str(&l4_route(
         "TLSRoute",
@@ -59,7 +50,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_mixed_port_terminates_or_passes_through_by_sni() -> TestResult {
-    let env = TestEnv::new(33)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let edge_ca = TestCa::new("edge CA")?;
     let edge_leaf = edge_ca.leaf(&["tls.example.com"])?;

@@ -3,15 +3,12 @@
 //! certificate.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::CertificateDer;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tokio_rustls::TlsAcceptor;
 
 use crate::common::*;
 
@@ -23,15 +20,7 @@ async fn tls_backend(
     name: &str,
     leaf: &Leaf,
 ) -> Result<JoinHandle<()>, BoxError> {
-    let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes())?;
-    let chain: Vec<CertificateDer<'static>> = vec![leaf.cert_der.clone()];
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_no_client_auth()
-    .with_single_cert(chain, key)?;
-    let acceptor = TlsAcceptor::from(Arc::new(config));
+    let acceptor = leaf.acceptor(&[])?;
     let listener = TcpListener::bind(addr).await?;
     let name = name.to_owned();
     Ok(tokio::spawn(async move {
@@ -95,7 +84,7 @@ async fn through(
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_passthrough_routes_by_sni_and_the_client_sees_the_backends_certificate() -> TestResult
 {
-    let env = TestEnv::new(62)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let ca = TestCa::new("passthrough backends CA")?;
     let exact = ca.leaf(&["exact.example.com"])?;

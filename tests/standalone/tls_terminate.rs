@@ -9,29 +9,19 @@ const TLS_PORT: u16 = 8443;
 fn manifests(net: Net, leaf: &Leaf) -> String {
     let ip = net.ip_str(5);
     let mut m = gateway_class("aether", CONTROLLER);
-    m.push_str(&format!(
-        "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {{name: edge, namespace: default}}
-spec:
-  gatewayClassName: aether
-  addresses: [{{type: IPAddress, value: {ip}}}]
-  listeners:
-  - name: tls
-    port: {TLS_PORT}
-    protocol: TLS
-    hostname: \"*.example.com\"
-    tls: {{mode: Terminate, certificateRefs: [{{name: wild}}]}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: TLSRoute
-metadata: {{name: db, namespace: default}}
-spec:
-  parentRefs: [{{name: edge}}]
-  hostnames: [db.example.com]
-  rules: [{{backendRefs: [{{name: svc, port: 80}}]}}]
-"
+    m.push_str(
+        &Gateway::test("edge")
+            .address(&ip)
+            .tls_terminate("tls", TLS_PORT, Some("*.example.com"), "wild")
+            .yaml(),
+    );
+    m.push_str(&l4_route(
+        "TLSRoute",
+        "db",
+        "edge",
+        None,
+        &["db.example.com"],
+        &[("svc", 1)],
     ));
     m.push_str(&tls_secret("default", "wild", leaf));
     m.push_str(&backend("default", "svc", net.echo_a(), true));
@@ -40,7 +30,7 @@ spec:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn tls_terminate_forwards_the_decrypted_stream_by_sni() -> TestResult {
-    let env = TestEnv::new(31)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let ca = TestCa::new("edge-ca")?;
     let leaf = ca.leaf(&["*.example.com"])?;

@@ -9,7 +9,7 @@ use crate::common::*;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn upgrade_requests_are_tunnelled_end_to_end() -> TestResult {
-    let env = TestEnv::new(20)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
     let m = single_route(net, &["ws.example.com"]);

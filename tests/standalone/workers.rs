@@ -52,8 +52,8 @@ async fn counting_backend(
 
 /// Upstream connections the backend saw for `REQUESTS` sequential requests, each on a
 /// new client connection, through an edge run with `--workers workers`.
-async fn upstream_connections(k: u8, workers: &str) -> Result<usize, BoxError> {
-    let env = TestEnv::new(k)?;
+async fn upstream_connections(workers: &str) -> Result<usize, BoxError> {
+    let env = TestEnv::new()?;
     let net = env.net;
     env.write_manifest("m.yaml", &single_route(net, &[HOST]))?;
     let (peers, backend) = counting_backend(net.echo_a()).await?;
@@ -79,14 +79,14 @@ async fn upstream_connections(k: u8, workers: &str) -> Result<usize, BoxError> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn one_worker_reuses_one_upstream_connection() -> TestResult {
-    let n = upstream_connections(48, "1").await?;
+    let n = upstream_connections("1").await?;
     ensure!(n == 1, "{n} upstream connections for one worker");
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_workers_keep_one_upstream_connection_each() -> TestResult {
-    let n = upstream_connections(49, "2").await?;
+    let n = upstream_connections("2").await?;
     ensure!(n == 2, "{n} upstream connections for two workers");
     Ok(())
 }

@@ -205,27 +205,22 @@ mod tests {
     /// The whole way: a refused write, published to the Store, read by the reconcile.
     #[test]
     fn a_refused_service_makes_the_gateway_not_programmed_until_written() {
+        use crate::reconcile::reconcile_with;
         use crate::reconcile::services::ServiceSettings;
-        use crate::reconcile::{Addressing, Settings, reconcile_with};
 
+        use crate::testing;
         let yaml = "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\n\
             metadata: {name: aether}\nspec: {controllerName: aether.io/edge}\n---\n\
             apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\n\
             metadata: {name: gw, namespace: locked, uid: u1}\n\
             spec: {gatewayClassName: aether, listeners: [{name: http, port: 80, protocol: HTTP}]}\n";
-        let parsed = crate::manifest::parse(std::path::Path::new("t.yaml"), yaml);
-        assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
         let shared = Shared::default();
-        shared.update(|s| *s = crate::Store::from_objects(parsed.objects));
-        let settings = Settings {
-            controller_name: "aether.io/edge".into(),
-            address_pool: "127.0.1.0/24".parse().unwrap_or_else(|e| panic!("{e}")),
-        };
-        let addressing = Addressing::InternalPorts {
-            range: "20000-20099".parse().unwrap_or_else(|e| panic!("{e}")),
-            service: ServiceSettings::shared(ObjectKey::new("aether-system", "aether-edge")),
-            bind: std::net::Ipv4Addr::UNSPECIFIED.into(),
-        };
+        shared.update(|s| *s = testing::store(yaml));
+        let settings = testing::settings();
+        let addressing = testing::internal_ports(
+            "20000-20099",
+            ServiceSettings::shared(ObjectKey::new("aether-system", "aether-edge")),
+        );
         let gw = ObjectKey::new("locked", "gw");
         let condition = |shared: &Shared, ty: &str| {
             let out = reconcile_with(&shared.snapshot(), &settings, &addressing);

@@ -137,7 +137,7 @@ mod tests {
     use super::*;
 
     fn pool() -> IpNet {
-        "127.0.1.0/24".parse().unwrap_or_else(|e| panic!("{e}"))
+        "127.0.1.0/24".parse().unwrap()
     }
 
     #[test]
@@ -145,7 +145,7 @@ mod tests {
         let a = ObjectKey::new("ns", "a");
         let b = ObjectKey::new("ns", "b");
         let c = ObjectKey::new("ns", "c");
-        let fixed: IpAddr = "127.0.0.7".parse().unwrap_or_else(|e| panic!("{e}"));
+        let fixed: IpAddr = "127.0.0.7".parse().unwrap();
         let input = vec![
             (a.clone(), AddressRequest::Pool),
             (b.clone(), AddressRequest::Ip(fixed)),
@@ -155,7 +155,7 @@ mod tests {
         assert_eq!(first, allocate(&pool(), &input));
         assert_eq!(first[&b], Ok(fixed));
         assert!(matches!(first[&c], Err(AddressError::InUse { ref by, .. }) if *by == b));
-        let IpAddr::V4(got) = first[&a].clone().unwrap_or_else(|e| panic!("{e:?}")) else {
+        let IpAddr::V4(got) = first[&a].clone().unwrap() else {
             panic!("v4 pool gave v6")
         };
         assert_eq!(got.octets()[..3], [127, 0, 1]);
@@ -180,7 +180,7 @@ mod tests {
 
     #[test]
     fn a_full_pool_says_so() {
-        let tiny: IpNet = "127.0.1.1/32".parse().unwrap_or_else(|e| panic!("{e}"));
+        let tiny: IpNet = "127.0.1.1/32".parse().unwrap();
         let input = vec![
             (ObjectKey::new("ns", "a"), AddressRequest::Pool),
             (ObjectKey::new("ns", "b"), AddressRequest::Pool),

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::*;
 use crate::manifest;
-use crate::reconcile::{Settings, reconcile};
+use crate::reconcile::reconcile;
 
 const BASE: &str = r#"
 apiVersion: gateway.networking.k8s.io/v1
@@ -61,11 +61,7 @@ const GOOD: &str = "{hostname: backend.example.com, caCertificateRefs: [{group: 
 
 /// (Accepted reason, ResolvedRefs reason) of a policy's ancestor `apps/gw`.
 fn reasons(store: &Store, policy: &str) -> (String, String) {
-    let settings = Settings {
-        controller_name: "aether.io/edge".into(),
-        address_pool: "127.0.1.0/24".parse().unwrap(),
-    };
-    let out = reconcile(store, &settings);
+    let out = reconcile(store, &crate::testing::settings());
     let status = &out.statuses.backend_tls_policies[&ObjectKey::new("apps", policy)].status;
     assert_eq!(status.ancestors.len(), 1, "{status:?}");
     let a = &status.ancestors[0];

@@ -13,10 +13,10 @@ use crate::tls_secret::MAX_TLS_FIELD_BYTES;
 /// A Secret `name` holding a valid certificate and key, the certificate followed by
 /// `padding` bytes of text outside any PEM block (which PEM parsers skip).
 fn secret(name: &str, padding: usize) -> Secret {
-    let key = rcgen::KeyPair::generate().unwrap_or_else(|e| panic!("{e}"));
+    let key = rcgen::KeyPair::generate().unwrap();
     let cert = rcgen::CertificateParams::new(vec!["secure.example.com".to_owned()])
         .and_then(|p| p.self_signed(&key))
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     let mut crt = cert.pem().into_bytes();
     crt.extend(std::iter::repeat_n(b'x', padding));
     Secret {
@@ -39,7 +39,7 @@ fn secret(name: &str, padding: usize) -> Secret {
 
 fn tls(name: &str) -> GatewayListenersTls {
     serde_json::from_value(json!({"mode": "Terminate", "certificateRefs": [{"name": name}]}))
-        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap()
 }
 
 #[test]

@@ -1,13 +1,10 @@
 //! Dedicated Gateways from YAML: which Gateways get pods of their own, what is written for them,
 //! and which process binds which internal ports.
 
-use std::path::Path;
-
 use super::*;
-use crate::manifest;
-use crate::reconcile::services::{self, ServiceSettings};
-use crate::reconcile::{Addressing, Outcome, Settings, reconcile_with};
-use crate::store::Store;
+use crate::reconcile::Outcome;
+use crate::reconcile::services::{self};
+use crate::testing;
 
 const YAML: &str = r#"
 apiVersion: gateway.networking.k8s.io/v1
@@ -71,35 +68,19 @@ spec:
 "#;
 
 fn outcome(template: bool, serve_only: Option<ObjectKey>) -> Outcome {
-    let parsed = manifest::parse(Path::new("t.yaml"), YAML);
-    assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
-    let settings = Settings {
-        controller_name: "aether.io/edge".into(),
-        address_pool: "127.0.1.0/24".parse().unwrap_or_else(|e| panic!("{e}")),
-    };
-    let mut service = ServiceSettings::shared(ObjectKey::new("edge-system", "aether-edge"));
+    let mut service = testing::shared_service();
     service.serve_only = serve_only;
     if template {
         service.dedicated = Some(DedicatedSettings {
             namespace: "edge-system".into(),
-            template: parse_template(TEMPLATE).unwrap_or_else(|e| panic!("{e}")),
+            template: parse_template(TEMPLATE).unwrap(),
         });
     }
-    let addressing = Addressing::InternalPorts {
-        range: "20000-29999".parse().unwrap_or_else(|e| panic!("{e}")),
-        service,
-        bind: std::net::Ipv4Addr::UNSPECIFIED.into(),
-    };
-    reconcile_with(&Store::from_objects(parsed.objects), &settings, &addressing)
+    testing::outcome_with(YAML, &testing::internal_ports("20000-29999", service))
 }
 
 fn condition(out: &Outcome, ns: &str, name: &str) -> Option<(String, String)> {
-    let st = &out.statuses.gateways[&ObjectKey::new(ns, name)].status;
-    st.conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == CONDITION)
-        .map(|c| (c.status.clone(), c.reason.clone()))
+    testing::gateway_condition(out, ns, name, CONDITION).map(|(s, r, _)| (s, r))
 }
 
 fn internal_ports(out: &Outcome, ns: &str, name: &str) -> Vec<u16> {

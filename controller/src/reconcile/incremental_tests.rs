@@ -164,12 +164,7 @@ fn world() -> Vec<Slot> {
     slots
 }
 
-fn settings() -> Settings {
-    Settings {
-        controller_name: "aether.io/edge".into(),
-        address_pool: "127.0.1.0/24".parse().unwrap(),
-    }
-}
+use crate::testing::settings;
 
 fn addressings() -> Vec<Addressing> {
     vec![

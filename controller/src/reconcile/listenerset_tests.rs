@@ -1,13 +1,9 @@
 //! ListenerSet merging, precedence, status and route attachment, on the reconciler
 //! alone (the cases in tests/cases/listenerset-* drive the real binary).
 
-use std::path::Path;
-
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-
-use crate::manifest;
-use crate::reconcile::{Outcome, Settings, reconcile};
-use crate::store::{ObjectKey, Store};
+use crate::reconcile::Outcome;
+use crate::store::ObjectKey;
+use crate::testing::{self, condition};
 
 const BASE: &str = r#"
 apiVersion: gateway.networking.k8s.io/v1
@@ -66,22 +62,9 @@ spec:
   - {name: other, port: 8092, protocol: HTTP}
 "#;
 
+/// The outcome of BASE and `extra`.
 fn outcome(extra: &str) -> Outcome {
-    let parsed = manifest::parse(Path::new("t.yaml"), &format!("{BASE}---\n{extra}"));
-    assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
-    let settings = Settings {
-        controller_name: "aether.io/edge".into(),
-        address_pool: "127.0.1.0/24".parse().unwrap_or_else(|e| panic!("{e}")),
-    };
-    reconcile(&Store::from_objects(parsed.objects), &settings)
-}
-
-fn condition<'a>(conds: &'a [Condition], t: &str) -> (&'a str, &'a str) {
-    let c = conds
-        .iter()
-        .find(|c| c.type_ == t)
-        .unwrap_or_else(|| panic!("no {t} condition in {conds:?}"));
-    (c.status.as_str(), c.reason.as_str())
+    testing::outcome(&format!("{BASE}---\n{extra}"))
 }
 
 #[test]
@@ -201,20 +184,8 @@ spec:
 
 #[test]
 fn kubernetes_mode_gateway_service_exposes_listenerset_ports() {
-    use crate::reconcile::services::ServiceSettings;
-    use crate::reconcile::{Addressing, reconcile_with};
-    let parsed = manifest::parse(Path::new("t.yaml"), BASE);
-    assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
-    let settings = Settings {
-        controller_name: "aether.io/edge".into(),
-        address_pool: "127.0.1.0/24".parse().unwrap_or_else(|e| panic!("{e}")),
-    };
-    let addressing = Addressing::InternalPorts {
-        range: "20000-29999".parse().unwrap_or_else(|e| panic!("{e}")),
-        service: ServiceSettings::shared(ObjectKey::new("edge-system", "aether-edge")),
-        bind: std::net::Ipv4Addr::UNSPECIFIED.into(),
-    };
-    let out = reconcile_with(&Store::from_objects(parsed.objects), &settings, &addressing);
+    let addressing = testing::internal_ports("20000-29999", testing::shared_service());
+    let out = testing::outcome_with(BASE, &addressing);
     let service = &out.services[&ObjectKey::new("edge", "gw")].service;
     let mut ports: Vec<i32> = service
         .spec

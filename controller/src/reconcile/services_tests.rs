@@ -1,10 +1,7 @@
 //! Kubernetes-mode placement from YAML: Services, EndpointSlices, ports, addresses.
 
-use std::path::Path;
-
 use super::*;
-use crate::manifest;
-use crate::reconcile::{Addressing, Settings, reconcile_with};
+use crate::testing;
 
 const YAML: &str = r#"
 apiVersion: gateway.networking.k8s.io/v1
@@ -70,29 +67,15 @@ endpoints: [{addresses: [10.9.9.9]}]
 "#;
 
 fn outcome(range: &str) -> crate::reconcile::Outcome {
-    let parsed = manifest::parse(Path::new("t.yaml"), YAML);
-    assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
-    let settings = Settings {
-        controller_name: "aether.io/edge".into(),
-        address_pool: "127.0.1.0/24".parse().unwrap_or_else(|e| panic!("{e}")),
-    };
-    let addressing = Addressing::InternalPorts {
-        range: range.parse().unwrap_or_else(|e| panic!("{e}")),
-        service: ServiceSettings::shared(ObjectKey::new("edge-system", "aether-edge")),
-        bind: std::net::Ipv4Addr::UNSPECIFIED.into(),
-    };
-    reconcile_with(&Store::from_objects(parsed.objects), &settings, &addressing)
+    testing::outcome_with(
+        YAML,
+        &testing::internal_ports(range, testing::shared_service()),
+    )
 }
 
 fn programmed(out: &crate::reconcile::Outcome, ns: &str, name: &str) -> (String, String) {
-    let st = &out.statuses.gateways[&ObjectKey::new(ns, name)].status;
-    let c = st
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == "Programmed")
-        .unwrap_or_else(|| panic!("no Programmed"));
-    (c.status.clone(), c.reason.clone())
+    let (status, reason, _) = testing::gateway_condition(out, ns, name, "Programmed").unwrap();
+    (status, reason)
 }
 
 #[test]
@@ -265,29 +248,14 @@ spec:
 "#;
 
 fn condition(out: &crate::reconcile::Outcome, name: &str, ctype: &str) -> (String, String, String) {
-    let st = &out.statuses.gateways[&ObjectKey::new("r", name)].status;
-    st.conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == ctype)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    testing::gateway_condition(out, "r", name, ctype)
         .unwrap_or_else(|| panic!("{name}: no {ctype}"))
 }
 
 #[test]
 fn routability_scopes_services_conditions_and_status() {
-    let parsed = manifest::parse(Path::new("r.yaml"), ROUTABILITY);
-    assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
-    let settings = Settings {
-        controller_name: "aether.io/edge".into(),
-        address_pool: "127.0.1.0/24".parse().unwrap_or_else(|e| panic!("{e}")),
-    };
-    let addressing = Addressing::InternalPorts {
-        range: "20000-29999".parse().unwrap_or_else(|e| panic!("{e}")),
-        service: ServiceSettings::shared(ObjectKey::new("edge-system", "aether-edge")),
-        bind: std::net::Ipv4Addr::UNSPECIFIED.into(),
-    };
-    let out = reconcile_with(&Store::from_objects(parsed.objects), &settings, &addressing);
+    let addressing = testing::internal_ports("20000-29999", testing::shared_service());
+    let out = testing::outcome_with(ROUTABILITY, &addressing);
     let svc = |name: &str| {
         out.services
             .get(&ObjectKey::new("r", name))

@@ -3,12 +3,10 @@
 //! reports the edge Service's address.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::Path;
 
-use crate::manifest;
-use crate::reconcile::services::ServiceSettings;
-use crate::reconcile::{Addressing, Outcome, Settings, reconcile_with};
-use crate::store::{ObjectKey, Store};
+use crate::reconcile::{Addressing, Outcome};
+use crate::store::ObjectKey;
+use crate::testing;
 
 const YAML: &str = r#"
 apiVersion: gateway.networking.k8s.io/v1
@@ -50,17 +48,11 @@ spec:
 "#;
 
 fn outcome() -> Outcome {
-    let parsed = manifest::parse(Path::new("t.yaml"), YAML);
-    assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
-    let settings = Settings {
-        controller_name: "aether.io/edge".into(),
-        address_pool: "127.0.1.0/24".parse().unwrap_or_else(|e| panic!("{e}")),
-    };
     let addressing = Addressing::SharedService {
-        service: ServiceSettings::shared(ObjectKey::new("edge-system", "aether-edge")),
+        service: testing::shared_service(),
         bind: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
     };
-    reconcile_with(&Store::from_objects(parsed.objects), &settings, &addressing)
+    testing::outcome_with(YAML, &addressing)
 }
 
 fn listener_condition(

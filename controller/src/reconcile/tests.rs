@@ -1,7 +1,5 @@
-use std::path::Path;
-
 use super::*;
-use crate::manifest;
+use crate::testing::{self, condition};
 
 const BASE: &str = r#"
 apiVersion: gateway.networking.k8s.io/v1
@@ -45,25 +43,9 @@ endpoints:
 - {addresses: ["127.0.0.6"], conditions: {ready: false}}
 "#;
 
+/// The outcome of BASE and `extra`.
 fn outcome(extra: &str) -> Outcome {
-    let parsed = manifest::parse(Path::new("t.yaml"), &format!("{BASE}---\n{extra}"));
-    assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
-    let settings = Settings {
-        controller_name: "aether.io/edge".into(),
-        address_pool: "127.0.1.0/24".parse().unwrap_or_else(|e| panic!("{e}")),
-    };
-    reconcile(&Store::from_objects(parsed.objects), &settings)
-}
-
-fn condition<'a>(
-    conds: &'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
-    t: &str,
-) -> (&'a str, &'a str) {
-    let c = conds
-        .iter()
-        .find(|c| c.type_ == t)
-        .unwrap_or_else(|| panic!("no {t} condition in {conds:?}"));
-    (c.status.as_str(), c.reason.as_str())
+    testing::outcome(&format!("{BASE}---\n{extra}"))
 }
 
 #[test]

@@ -58,55 +58,21 @@ pub(super) fn generated_manifests(
     backends: &[String],
     app_protocols: &BTreeMap<String, String>,
 ) -> Result<String, BoxError> {
-    let mut s = format!(
-        "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: GatewayClass
-metadata:
-  name: {GATEWAY_CLASS}
-spec:
-  controllerName: {CONTROLLER}
-"
-    );
+    let mut s = manifest::gateway_class(GATEWAY_CLASS, CONTROLLER).yaml();
     for (i, b) in backends.iter().enumerate() {
         let (ns, name) = split_ref(b);
         ensure!(!ns.is_empty(), "backend {b:?} is not namespace/name");
         let ip = backend_ip(net, i)?;
-        let app_protocol = app_protocols
-            .get(b)
-            .map(|p| format!("\n    appProtocol: {p}"))
-            .unwrap_or_default();
-        let _ = write!(
-            s,
-            "---
-apiVersion: v1
-kind: Service
-metadata:
-  name: {name}
-  namespace: {ns}
-spec:
-  ports:
-  - name: first-port
-    protocol: TCP
-    port: {SERVICE_PORT}
-    targetPort: 3000{app_protocol}
----
-apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: {name}-conf1
-  namespace: {ns}
-  labels:
-    kubernetes.io/service-name: {name}
-addressType: IPv4
-ports:
-- name: first-port
-  port: {ECHO_PORT}
-endpoints:
-- addresses: [\"{ip}\"]
-  conditions:
-    ready: true
-"
+        let mut backend = Backend::test(name)
+            .namespace(ns)
+            .port("first-port", SERVICE_PORT, 3000);
+        if let Some(p) = app_protocols.get(b) {
+            backend = backend.app_protocol(p);
+        }
+        s.push_str(
+            &backend
+                .endpoint(SocketAddr::new(ip, ECHO_PORT), true)
+                .yaml(),
         );
     }
     Ok(s)
@@ -171,7 +137,11 @@ pub(super) async fn run_case_inner(
 
     // Status first: it also tells the Gateway addresses.
     if !case.status.is_empty() {
-        let last = eventually_quiet(STATUS_SETTLE, || async {
+        let settle = Wait {
+            timeout: STATUS_SETTLE,
+            interval: Duration::from_millis(100),
+        };
+        let last = eventually("the status the case expects", settle, || async {
             let status = env.status().await?;
             let diffs = status_diffs(&status, &case.status);
             if diffs.is_empty() {
@@ -299,22 +269,6 @@ fn with_fresh_uuid(r: &Request) -> Request {
         *p = p.replace("{uuid}", &format!("{}-{n}", std::process::id()));
     }
     r
-}
-
-/// Like `eventually`, without the prefix: the last error as is.
-pub(super) async fn eventually_quiet<F, Fut>(timeout: Duration, mut f: F) -> TestResult
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = TestResult>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        match f().await {
-            Ok(()) => return Ok(()),
-            Err(e) if Instant::now() >= deadline => return Err(e),
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
 }
 
 pub(super) fn describe(i: usize, r: &Request, host: &str) -> String {

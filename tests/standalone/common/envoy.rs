@@ -3,7 +3,7 @@
 //! ID, sets x-forwarded-client-cert and forwards to the workload port the edge names.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use super::*;
 
@@ -13,18 +13,7 @@ pub fn envoy_binary() -> Result<PathBuf, BoxError> {
     if let Some(path) = std::env::var_os("AETHER_ENVOY") {
         return Ok(PathBuf::from(path));
     }
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/mesh/envoy.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .stderr(Stdio::inherit())
-        .output()?;
-    ensure!(
-        out.status.success(),
-        "{} could not install Envoy: {}",
-        script.display(),
-        out.status
-    );
-    Ok(PathBuf::from(String::from_utf8(out.stdout)?.trim()))
+    required_tool("tests/mesh/envoy.sh")
 }
 
 /// A pod's inbound listener as the mesh runs it: Envoy on `ip:15008` requiring a client
@@ -75,33 +64,15 @@ impl TestEnv {
         let config = envoy_config(ip, &cert, &key, &bundle, allowed);
         let config_path = dir.join("envoy.yaml");
         std::fs::write(&config_path, config)?;
-        let log_path = self.dir.path().join(format!("envoy-{ip}.log"));
-        let stdout_path = self.dir.path().join(format!("envoy-{ip}.stdout.log"));
-        let log = std::fs::File::create(&log_path)?;
-        let args = vec![
-            "-c".to_owned(),
-            config_path.display().to_string(),
-            "--concurrency".to_owned(),
-            "1".to_owned(),
-            "--disable-hot-restart".to_owned(),
-            "-l".to_owned(),
-            "warning".to_owned(),
-        ];
-        let child = Command::new(envoy_binary()?)
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&stdout_path)?)
-            .stderr(log)
-            .spawn()?;
-        let mut proc = Proc {
-            child,
-            label: format!("envoy-{ip}"),
-            args,
-            log_path,
-            stdout_path,
-            passed: Arc::clone(&self.passed),
-            reaped: None,
-        };
+        let mut cmd = Command::new(envoy_binary()?);
+        cmd.arg("-c").arg(&config_path).args([
+            "--concurrency",
+            "1",
+            "--disable-hot-restart",
+            "-l",
+            "warning",
+        ]);
+        let mut proc = self.spawn_cmd(cmd, &format!("envoy-{ip}"))?;
         let admin = SocketAddr::new(ip, 15000);
         let client = self.net.client_ip();
         eventually(

@@ -8,7 +8,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::JoinHandle;
 
-use super::BoxError;
+use super::{BoxError, Gateway, Manifest};
 
 /// A TCP backend: greets each connection with `hello from <name>\n`, echoes what it
 /// reads, and when the client half-closes answers `bye <bytes read>\n` and closes.
@@ -57,31 +57,15 @@ pub async fn udp_backend(addr: SocketAddr, name: &str) -> Result<JoinHandle<()>,
 /// A Gateway `ns/name` of class `aether` at `ip` with listeners `(name, port, protocol)`;
 /// protocol `TLS` listeners get `tls.mode: Passthrough`.
 pub fn l4_gateway(ns: &str, name: &str, ip: &str, listeners: &[(&str, u16, &str)]) -> String {
-    let mut s = format!(
-        "---
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata:
-  name: {name}
-  namespace: {ns}
-spec:
-  gatewayClassName: aether
-  addresses: [{{type: IPAddress, value: {ip}}}]
-  listeners:
-"
-    );
+    let mut gw = Gateway::test(name).namespace(ns).address(ip);
     for (lname, port, protocol) in listeners {
-        let _ = writeln!(
-            s,
-            "  - {{name: {lname}, port: {port}, protocol: {protocol}{}}}",
-            if *protocol == "TLS" {
-                ", tls: {mode: Passthrough}"
-            } else {
-                ""
-            }
-        );
+        let mut l = serde_json::json!({"name": lname, "port": port, "protocol": protocol});
+        if *protocol == "TLS" {
+            l["tls"] = serde_json::json!({"mode": "Passthrough"});
+        }
+        gw = gw.listener(l);
     }
-    s
+    gw.yaml()
 }
 
 /// A TCPRoute/UDPRoute/TLSRoute (`kind`) in `default` attached to `default/<gateway>`

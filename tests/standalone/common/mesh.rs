@@ -190,26 +190,6 @@ impl TestEnv {
         self.spawn(label, &args)
     }
 
-    /// Waits for admin `/readyz` to be 200.
-    pub async fn wait_ready(&self, proc: &mut Proc) -> TestResult {
-        let net = self.net;
-        eventually("edge admin /readyz is 200", EVENTUALLY, || {
-            let alive = proc.check_alive();
-            async move {
-                alive?;
-                let r = admin_get(net, "/readyz").await?;
-                ensure!(
-                    r.status == StatusCode::OK,
-                    "admin /readyz answered {}: {}",
-                    r.status,
-                    r.text()
-                );
-                Ok(())
-            }
-        })
-        .await
-    }
-
     /// Starts the mesh edge with `flags` and waits until it is ready and its
     /// Gateway's listener answers.
     pub async fn spawn_serving_mesh_edge(&self, flags: &[String]) -> Result<Proc, BoxError> {
@@ -253,14 +233,4 @@ pub fn file_flags(paths: &[PathBuf; 3]) -> Vec<String> {
         "--mesh-bundle".to_owned(),
         paths[2].display().to_string(),
     ]
-}
-
-/// A metric's value from the edge's `/metrics` (0 when absent).
-pub async fn metric(net: Net, name: &str) -> Result<f64, BoxError> {
-    let text = metrics_text(net).await?;
-    Ok(text
-        .lines()
-        .filter(|l| l.split(['{', ' ']).next() == Some(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum())
 }

@@ -1,12 +1,12 @@
-//! Shared harness: processes that die with the test, loopback networks per test,
-//! HTTP/1.1 and h2c clients over hyper's connection API, admin helpers and `eventually`.
+//! The standalone suite's harness: a [`TestEnv`] per test (its network, tempdir and
+//! processes), the edge and echo backends started on it, and the suite's fixtures
+//! (TLS, mesh, L4, Envoy). What both suites share (errors, `eventually`, processes,
+//! networks and ports, HTTP and admin clients) is the `aether-test-support` crate
+//! (tests/support), re-exported here.
 
-use std::error::Error;
-use std::fs::File;
-use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -14,77 +14,7 @@ use std::time::{Duration, Instant};
 use http::StatusCode;
 use serde_json::Value;
 
-pub type BoxError = Box<dyn Error + Send + Sync>;
-pub type TestResult = Result<(), BoxError>;
-
-/// Builds a `BoxError` from a message.
-pub fn err(msg: impl Into<String>) -> BoxError {
-    msg.into().into()
-}
-
-/// Fails the test with a message unless `cond` holds.
-macro_rules! ensure {
-    ($cond:expr, $($arg:tt)+) => {
-        if !($cond as bool) {
-            return Err($crate::common::err(format!($($arg)+)));
-        }
-    };
-}
-
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
-pub const EVENTUALLY: Duration = Duration::from_secs(10);
-
-/// The echo backends listen on this port (the EndpointSlice port).
-pub const ECHO_PORT: u16 = 9000;
-/// Every test Gateway listener uses this port unless it says otherwise.
-pub const LISTENER_PORT: u16 = 8080;
-
-// ---------------------------------------------------------------------------------------
-// Per-test network and environment
-// ---------------------------------------------------------------------------------------
-
-/// The loopback network 127.77.k.0/24 owned by test k (127.`b`.k.0/24 in general: the
-/// conformance cases use `b` = 78).
-#[derive(Debug, Clone, Copy)]
-pub struct Net {
-    pub b: u8,
-    pub k: u8,
-}
-
-impl Net {
-    pub fn ip(&self, host: u8) -> Ipv4Addr {
-        Ipv4Addr::new(127, self.b, self.k, host)
-    }
-    pub fn ip_str(&self, host: u8) -> String {
-        self.ip(host).to_string()
-    }
-    pub fn addr(&self, host: u8, port: u16) -> SocketAddr {
-        SocketAddr::new(IpAddr::V4(self.ip(host)), port)
-    }
-    pub fn admin(&self) -> SocketAddr {
-        self.addr(250, 9901)
-    }
-    /// Echo backend "a".
-    pub fn echo_a(&self) -> SocketAddr {
-        self.addr(251, ECHO_PORT)
-    }
-    /// Echo backend "b".
-    pub fn echo_b(&self) -> SocketAddr {
-        self.addr(252, ECHO_PORT)
-    }
-    /// The source address every test client binds, so `x-forwarded-for` is exact.
-    pub fn client_ip(&self) -> IpAddr {
-        IpAddr::V4(self.ip(100))
-    }
-    pub fn pool(&self) -> String {
-        format!("127.{}.{}.0/28", self.b, self.k)
-    }
-    /// The explicit Gateway address most tests use.
-    pub fn gw(&self) -> SocketAddr {
-        self.addr(5, LISTENER_PORT)
-    }
-}
+pub use aether_test_support::{ensure, *};
 
 /// One test's world: a tempdir with the manifests and logs, and a flag that says
 /// whether the test reached its end (if not, child logs are printed on drop).
@@ -96,14 +26,15 @@ pub struct TestEnv {
 }
 
 impl TestEnv {
-    pub fn new(k: u8) -> Result<Self, BoxError> {
-        Self::on(Net { b: 77, k })
+    /// On a network of its own ([`Net::allocate`]).
+    pub fn new() -> Result<Self, BoxError> {
+        Self::on(Net::allocate())
     }
 
-    /// Like `new`, on any 127.b.k.0/24 network.
+    /// Like `new`, on a given 127.b.k.0/24 network.
     pub fn on(net: Net) -> Result<Self, BoxError> {
         let dir = tempfile::Builder::new()
-            .prefix(&if net.b == 77 {
+            .prefix(&if net.b == NET_B {
                 format!("aether-standalone-{}-", net.k)
             } else {
                 format!("aether-standalone-{}-{}-", net.b, net.k)
@@ -153,27 +84,16 @@ impl TestEnv {
     /// Starts the binary with `args`. Its stderr (process logs) goes to `<label>.log`
     /// and its stdout (the edge's access log) to `<label>.stdout.log`.
     pub fn spawn(&self, label: &str, args: &[String]) -> Result<Proc, BoxError> {
-        let log_path = self.dir.path().join(format!("{label}.log"));
-        let stdout_path = self.dir.path().join(format!("{label}.stdout.log"));
-        let log = File::create(&log_path)?;
-        let out = File::create(&stdout_path)?;
         let rust_log = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".to_owned());
-        let child = Command::new(env!("CARGO_BIN_EXE_aether-edge"))
-            .args(args)
-            .env("RUST_LOG", rust_log)
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(log)
-            .spawn()?;
-        Ok(Proc {
-            child,
-            label: label.to_owned(),
-            args: args.to_vec(),
-            log_path,
-            stdout_path,
-            passed: Arc::clone(&self.passed),
-            reaped: None,
-        })
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_aether-edge"));
+        cmd.args(args).env("RUST_LOG", rust_log);
+        self.spawn_cmd(cmd, label)
+    }
+
+    /// Starts any command the same way (logs in this test's directory, printed unless
+    /// the test passes).
+    pub fn spawn_cmd(&self, cmd: Command, label: &str) -> Result<Proc, BoxError> {
+        Ok(Proc::spawn(cmd, label, self.dir.path())?.until_passed(&self.passed))
     }
 
     /// Starts `aether-edge echo` and waits until it answers.
@@ -263,6 +183,12 @@ impl TestEnv {
         ]);
         args.extend(extra.iter().map(|s| (*s).to_owned()));
         let mut proc = self.spawn(label, &args)?;
+        self.wait_ready(&mut proc).await?;
+        Ok(proc)
+    }
+
+    /// Waits for admin `/readyz` to be 200.
+    pub async fn wait_ready(&self, proc: &mut Proc) -> TestResult {
         let net = self.net;
         eventually("edge admin /readyz is 200", EVENTUALLY, || {
             let alive = proc.check_alive();
@@ -271,14 +197,14 @@ impl TestEnv {
                 let r = admin_get(net, "/readyz").await?;
                 ensure!(
                     r.status == StatusCode::OK,
-                    "admin /readyz answered {}",
-                    r.status
+                    "admin /readyz answered {}: {}",
+                    r.status,
+                    r.text()
                 );
                 Ok(())
             }
         })
-        .await?;
-        Ok(proc)
+        .await
     }
 
     /// Waits until the data-plane listener at `addr` answers `/aether/readyz` 200.
@@ -313,69 +239,15 @@ impl TestEnv {
     }
 }
 
-// ---------------------------------------------------------------------------------------
-// eventually
-// ---------------------------------------------------------------------------------------
-
-/// Polls `f` every 50 ms until it succeeds or `timeout` passes; then returns the last
-/// error, prefixed by `what`.
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> Result<T, BoxError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, BoxError>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        match f().await {
-            Ok(v) => return Ok(v),
-            Err(e) => {
-                if Instant::now() >= deadline {
-                    return Err(err(format!(
-                        "timed out after {timeout:?} waiting for: {what}; last error: {e}"
-                    )));
-                }
-            }
-        }
-        tokio::time::sleep(POLL_INTERVAL).await;
-    }
-}
-
-// Declared after `ensure!` so the submodules can use it.
-mod admin;
-mod clients;
 mod envoy;
 mod l4;
+mod manifests;
 mod mesh;
-mod process;
 mod tls;
 mod tls_backend;
 
-pub use admin::*;
-pub use clients::*;
 pub use l4::*;
+pub use manifests::*;
 pub use mesh::*;
-pub use process::*;
 pub use tls::*;
 pub use tls_backend::*;
-
-/// A test tool's path from its install script (`tests/<tool>/install.sh` prints it).
-/// None, with `missing` printed, when the script exits 3 (the tool cannot be had on
-/// this machine), unless CI's AETHER_REQUIRE_K8S=1 requires the test tools.
-pub fn test_tool(script: &str, missing: &str) -> Result<Option<PathBuf>, BoxError> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
-    let out = Command::new("bash")
-        .arg(path)
-        .stderr(Stdio::inherit())
-        .output()?;
-    match out.status.code() {
-        Some(0) => Ok(Some(PathBuf::from(String::from_utf8(out.stdout)?.trim()))),
-        Some(3) if std::env::var("AETHER_REQUIRE_K8S").is_ok_and(|v| v == "1") => {
-            Err(err(format!("{missing}, and AETHER_REQUIRE_K8S=1")))
-        }
-        Some(3) => {
-            eprintln!("SKIPPED: {missing}");
-            Ok(None)
-        }
-        _ => Err(err(format!("{script} failed: {}", out.status))),
-    }
-}

@@ -4,6 +4,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
@@ -23,6 +24,21 @@ pub struct Leaf {
     pub cert_pem: String,
     pub key_pem: String,
     pub cert_der: CertificateDer<'static>,
+}
+
+impl Leaf {
+    /// A TLS acceptor presenting this certificate and offering `alpn` (none: no ALPN).
+    pub fn acceptor(&self, alpn: &[&[u8]]) -> Result<tokio_rustls::TlsAcceptor, BoxError> {
+        let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())?;
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(vec![self.cert_der.clone()], key)?;
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+    }
 }
 
 impl TestCa {
@@ -74,27 +90,15 @@ impl TestCa {
     }
 }
 
-/// A PEM block indented as a YAML block scalar under a two-space key.
-fn indent(pem: &str) -> String {
-    pem.trim().lines().map(|l| format!("    {l}\n")).collect()
-}
-
 /// A `kubernetes.io/tls` Secret manifest holding `leaf`.
 pub fn tls_secret(ns: &str, name: &str, leaf: &Leaf) -> String {
-    format!(
-        "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  namespace: {ns}\ntype: kubernetes.io/tls\nstringData:\n  tls.crt: |\n{}  tls.key: |\n{}",
-        indent(&leaf.cert_pem),
-        indent(&leaf.key_pem)
-    )
+    manifest::tls_secret(ns, name, &leaf.cert_pem, &leaf.key_pem).yaml()
 }
 
 /// A ConfigMap manifest whose `ca.crt` is `ca`'s certificate: the CA bundle frontend
 /// validation and BackendTLSPolicies refer to.
 pub fn ca_config_map(ns: &str, name: &str, ca: &TestCa) -> String {
-    format!(
-        "---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: {ns}\ndata:\n  ca.crt: |\n{}",
-        indent(&ca.cert_pem)
-    )
+    manifest::ca_config_map(ns, name, &ca.cert_pem).yaml()
 }
 
 /// Opens a TLS session from `src` to `dst` asking for `sni`, trusting only `ca`.

@@ -9,11 +9,8 @@ use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use rustls::pki_types::PrivateKeyDer;
-use rustls::pki_types::pem::PemObject;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tokio_rustls::TlsAcceptor;
 
 use super::*;
 
@@ -41,15 +38,7 @@ impl Drop for TlsBackend {
 impl TlsBackend {
     /// Serves HTTP/1.1 and HTTP/2 (by ALPN) over TLS with `leaf` at `addr`.
     pub async fn start(addr: SocketAddr, leaf: &Leaf) -> Result<Self, BoxError> {
-        let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes())?;
-        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(vec![leaf.cert_der.clone()], key)?;
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        let acceptor = TlsAcceptor::from(Arc::new(config));
+        let acceptor = leaf.acceptor(&[b"h2", b"http/1.1"])?;
         let listener = TcpListener::bind(addr).await?;
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
         let log = Arc::clone(&seen);

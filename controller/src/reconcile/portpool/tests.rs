@@ -156,7 +156,6 @@ fn requests_full_pools_and_ranges_give_clear_reasons() {
 /// Bad pools get listener conditions; the rest of the Gateway serves.
 #[test]
 fn invalid_pools_are_listener_conditions() {
-    use crate::{Settings, Store, manifest, reconcile};
     let yaml = r#"apiVersion: gateway.networking.k8s.io/v1
 kind: GatewayClass
 metadata: {name: aether}
@@ -185,13 +184,7 @@ spec:
   - {name: overlap, port: 30010, protocol: TCP}
   - {name: plain, port: 8080, protocol: HTTP}
 "#;
-    let parsed = manifest::parse(std::path::Path::new("t.yaml"), yaml);
-    assert!(parsed.errors.is_empty(), "{:?}", parsed.errors);
-    let settings = Settings {
-        controller_name: "aether.io/edge".into(),
-        address_pool: "127.0.1.0/24".parse().unwrap_or_else(|e| panic!("{e}")),
-    };
-    let out = reconcile(&Store::from_objects(parsed.objects), &settings);
+    let out = crate::testing::outcome(yaml);
     let gw = &out.statuses.gateways[&ObjectKey::new("ns", "gw")];
     let listeners = gw.status.listeners.as_deref().unwrap_or_default();
     let accepted = |name: &str| {
@@ -234,7 +227,7 @@ status:
     - {{type: Accepted, status: "{accepted}", reason: X, message: "", lastTransitionTime: "2026-01-01T00:00:00Z"}}
 "#
         );
-        serde_saphyr::from_str(&yaml).unwrap_or_else(|e| panic!("{e}"))
+        serde_saphyr::from_str(&yaml).unwrap()
     };
     let gw = ObjectKey::new("ns", "gw");
     assert_eq!(

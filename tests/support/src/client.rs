@@ -1,6 +1,7 @@
 //! HTTP/1.1 and h2c clients over hyper's connection API.
 
 use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Request, StatusCode};
@@ -10,7 +11,10 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::Value;
 use tokio::net::{TcpSocket, TcpStream};
 
-use super::*;
+use crate::{BoxError, ensure, err};
+
+/// How long one request (connect, send, read the body) may take.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A response read to the end.
 #[derive(Debug)]
@@ -28,6 +32,11 @@ impl Resp {
     pub fn json(&self) -> Result<Value, BoxError> {
         serde_json::from_slice(&self.body)
             .map_err(|e| err(format!("body is not JSON ({e}): {:?}", self.text())))
+    }
+
+    /// The value of header `name`, if it is there and text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name)?.to_str().ok()
     }
 
     /// Asserts a 200 from the echo backend and returns its JSON description.
