@@ -139,7 +139,7 @@ async fn run_files(
         seed,
         published_once: false,
     };
-    control.reload().await?;
+    control.reload(None).await?;
 
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
@@ -151,7 +151,7 @@ async fn run_files(
             () = crate::publish::sleep_until(bind_retry) => { control.publisher.retry_binds(); }
             tick = changes.recv() => {
                 if tick.is_none() { break; }
-                if let Err(e) = control.reload().await {
+                if let Err(e) = control.reload(tick.flatten()).await {
                     tracing::error!(error = %format!("{e:#}"), "reload failed; the previous configuration keeps serving");
                 }
             }
@@ -193,7 +193,7 @@ impl Loader {
 impl Control<'_> {
     /// Reads what changed in the manifests, reconciles, and publishes the result. A
     /// change that leaves the objects and errors as they were publishes nothing.
-    async fn reload(&mut self) -> anyhow::Result<()> {
+    async fn reload(&mut self, touched: crate::files::Touched) -> anyhow::Result<()> {
         let Some(mut loader) = self.loader.take() else {
             anyhow::bail!("a reload is already running");
         };
@@ -205,7 +205,7 @@ impl Control<'_> {
         // Reading files and reconciling are blocking work; keep them off the async workers.
         let task = tokio::task::spawn_blocking(move || {
             let started = std::time::Instant::now();
-            let loaded = loader.source.load();
+            let loaded = loader.source.load_touched(touched.as_ref());
             if !loaded.changed && !first {
                 return (loader, None, loaded.errors);
             }

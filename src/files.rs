@@ -76,7 +76,17 @@ impl FileSource {
 
     /// Reads what changed on disk into the Store. Blocking: call from a blocking thread.
     pub fn load(&mut self) -> Loaded {
+        self.load_touched(None)
+    }
+
+    /// [`load`](Self::load), told which files the watcher saw written (`touched`, as
+    /// [`watch`] reports them): a file read before that is not among them is not looked
+    /// at again. Writing a file always makes an event naming it, so only those can
+    /// differ; a hint naming anything that is not a manifest file now (a removed file,
+    /// a new folder, a path spelled differently) is ignored and every file is looked at.
+    pub fn load_touched(&mut self, touched: Option<&HashSet<PathBuf>>) -> Loaded {
         let (files, mut errors) = manifest::expand(&self.paths);
+        let touched = touched.filter(|t| t.iter().all(|p| files.binary_search(p).is_ok()));
         let mut changed = false;
         // Files that are gone take their objects with them (`expand` returns them sorted).
         let gone: Vec<PathBuf> = self
@@ -93,7 +103,11 @@ impl FileSource {
             }
         }
         for file in &files {
-            changed |= self.load_file(file);
+            let untouched =
+                touched.is_some_and(|t| !t.contains(file)) && self.files.contains_key(file);
+            if !untouched {
+                changed |= self.load_file(file);
+            }
             if let Some(state) = self.files.get(file) {
                 errors.extend(state.errors.iter().cloned());
             }
@@ -271,7 +285,7 @@ pub fn watch(
     paths: &[PathBuf],
     settle: Duration,
     relevant: fn(&Path) -> bool,
-) -> anyhow::Result<(notify::RecommendedWatcher, mpsc::Receiver<()>)> {
+) -> anyhow::Result<(notify::RecommendedWatcher, mpsc::Receiver<Touched>)> {
     let (raw_tx, mut raw_rx) = mpsc::unbounded_channel::<(bool, Vec<PathBuf>)>();
     let mut watcher =
         notify::recommended_watcher(move |res: notify::Result<notify::Event>| match res {
@@ -307,8 +321,17 @@ pub fn watch(
     tokio::spawn(async move {
         // Files with a write begun and not yet finished.
         let mut writing: HashSet<PathBuf> = HashSet::new();
-        let note = |writing: &mut HashSet<PathBuf>, (finished, paths): (bool, Vec<PathBuf>)| {
+        let note = |writing: &mut HashSet<PathBuf>,
+                    touched: &mut Touched,
+                    (finished, paths): (bool, Vec<PathBuf>)| {
+            // An event without paths (a queue overflow) may hide anything.
+            if paths.is_empty() {
+                *touched = None;
+            }
             for p in paths {
+                if let Some(t) = touched.as_mut() {
+                    t.insert(p.clone());
+                }
                 if finished {
                     writing.remove(&p);
                 } else {
@@ -317,12 +340,13 @@ pub fn watch(
             }
         };
         while let Some(ev) = raw_rx.recv().await {
-            note(&mut writing, ev);
+            let mut touched = Some(HashSet::new());
+            note(&mut writing, &mut touched, ev);
             let deadline = tokio::time::sleep(settle);
             tokio::pin!(deadline);
             loop {
                 while let Ok(ev) = raw_rx.try_recv() {
-                    note(&mut writing, ev);
+                    note(&mut writing, &mut touched, ev);
                 }
                 if writing.is_empty() {
                     break;
@@ -333,18 +357,22 @@ pub fn watch(
                         break;
                     }
                     ev = raw_rx.recv() => match ev {
-                        Some(ev) => note(&mut writing, ev),
+                        Some(ev) => note(&mut writing, &mut touched, ev),
                         None => break,
                     },
                 }
             }
-            if tx.send(()).await.is_err() {
+            if tx.send(touched).await.is_err() {
                 break;
             }
         }
     });
     Ok((watcher, rx))
 }
+
+/// The paths a tick of [`watch`] saw written (as the watcher spells them); `None` when
+/// it cannot tell (the event queue overflowed).
+pub type Touched = Option<HashSet<PathBuf>>;
 
 /// Is `path` a manifest file, or something that may hold them (a folder, a name
 /// without extension)? Other files written into a manifests folder (logs, editor

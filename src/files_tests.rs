@@ -133,3 +133,34 @@ fn a_broken_edit_keeps_the_last_good_content_and_a_fix_applies() {
     assert_eq!(port_of(&source, "a"), Some(90));
     assert_eq!(port_of(&source, "b"), None);
 }
+
+/// With the watcher's paths, a load reads only the files written since (every write
+/// makes an event naming its file); a hint it cannot trust (a path that is not one of
+/// the manifest files now) makes it look at every file.
+#[test]
+fn a_load_told_what_was_written_reads_only_that() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "a.yaml", &service("a", 80));
+    write(dir.path(), "b.yaml", &service("b", 81));
+    let mut source = FileSource::new(vec![dir.path().to_owned()]);
+    assert!(source.load().changed);
+
+    write(dir.path(), "a.yaml", &service("a", 90));
+    write(dir.path(), "b.yaml", &service("b", 91));
+    let only_b: std::collections::HashSet<_> = [dir.path().join("b.yaml")].into();
+    assert!(source.load_touched(Some(&only_b)).changed);
+    assert_eq!(port_of(&source, "b"), Some(91));
+    assert_eq!(
+        port_of(&source, "a"),
+        Some(80),
+        "a file not named is not read"
+    );
+
+    let gone: std::collections::HashSet<_> = [dir.path().join("gone.yaml")].into();
+    assert!(source.load_touched(Some(&gone)).changed);
+    assert_eq!(
+        port_of(&source, "a"),
+        Some(90),
+        "an untrusted hint reads everything"
+    );
+}
