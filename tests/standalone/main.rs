@@ -39,6 +39,7 @@ mod retry;
 mod retry_body;
 mod routing;
 mod shutdown;
+mod stale_connection;
 mod status;
 mod takeover;
 mod tls_mixed;
