@@ -8,7 +8,9 @@
 # Scenarios, all h2c from the client (h2load -c CONNS -m STREAMS):
 #   down-h1   GET of a BODY_KIB answer from an HTTP/1.1 upstream
 #   down-h2   the same from an h2c upstream (Service appProtocol kubernetes.io/h2c)
-#   up-h2     POST of a BODY_KIB body to an h2c upstream that discards it
+#   up-h2     PUT of a BODY_KIB body to an h2c upstream that reads it whole (WebDAV
+#             PUT to a file: an upstream that answers without reading, like nginx's
+#             `return`, resets the stream and the bytes sent depend on the windows)
 # Upstream: nginx, one worker, on CPU 0 with the load generator; the proxy on CPU 1.
 # Environment: BENCH_ROUNDS [3], BENCH_REQUESTS [2000], BENCH_BODY_KIB [1024],
 # BENCH_CONNS [4], BENCH_STREAMS [8], BENCH_PORT_BASE [28500]. Prints req/s and the
@@ -37,7 +39,7 @@ trap cleanup EXIT
 up_h1=$PORT up_h2=$((PORT + 1))
 head -c $((BODY_KIB * 1024)) /dev/zero >"$run/big"
 head -c $((BODY_KIB * 1024)) /dev/zero >"$run/upload"
-mkdir -p "$run/tmp" && chmod 777 "$run/tmp" && chmod 644 "$run/big" "$run/upload"
+mkdir -p "$run/tmp" "$run/dav" && chmod 777 "$run/tmp" "$run/dav" && chmod 644 "$run/big" "$run/upload"
 cat >"$run/nginx.conf" <<EOF
 daemon off;
 worker_processes 1;
@@ -53,7 +55,7 @@ http {
     listen 127.0.0.1:$up_h1;
     listen 127.0.0.1:$up_h2 http2;
     location = /big { alias $run/big; }
-    location = /up { return 200 "ok\n"; }
+    location = /up { root $run/dav; dav_methods PUT; }
   }
 }
 EOF
@@ -147,7 +149,7 @@ measure() { # TARGET SCENARIO -> "req/s cpu_us_per_req"
   case $s in
     down-h1) url="http://127.0.0.1:${port[$t]}/big" ;;
     down-h2) url="http://127.0.0.1:$((port[$t] + 1))/big" ;;
-    up-h2) url="http://127.0.0.1:$((port[$t] + 1))/up"; args=(-d "$run/upload") ;;
+    up-h2) url="http://127.0.0.1:$((port[$t] + 1))/up"; args=(-d "$run/upload" -H ':method: PUT') ;;
   esac
   local before after out
   before=$(cpu_ticks "$pid")
