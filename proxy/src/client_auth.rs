@@ -2,15 +2,14 @@
 //! trusts for client certificates, and whether a client without a valid one may still
 //! connect (`AllowInsecureFallback`).
 //!
-//! Like server certificates, the rules come from the current Snapshot at each
-//! handshake: a changed CA bundle applies to the next handshake with no rebuild of
-//! the socket's rustls configuration.
+//! Like server certificates, the rules come from the Snapshot current at each
+//! handshake (`crate::tls`): a changed CA bundle applies to the next handshake.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use rustls::client::danger::HandshakeSignatureValid;
-use rustls::crypto::{WebPkiSupportedAlgorithms, ring as provider};
+use rustls::crypto::ring as provider;
 use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
@@ -19,8 +18,6 @@ use rustls_pki_types::UnixTime;
 use rustls_pki_types::pem::PemObject;
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
-
-use crate::state::ProxyState;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientAuthError {
@@ -101,47 +98,30 @@ impl Serialize for ClientAuth {
     }
 }
 
-/// Client-certificate checks from whatever Snapshot is current at handshake time.
-pub(crate) struct SnapshotClientVerifier {
-    state: Arc<ProxyState>,
+/// The client-certificate checks of one Snapshot's listener.
+#[derive(Debug)]
+pub(crate) struct ListenerClientVerifier {
+    auth: Arc<ClientAuth>,
     local: SocketAddr,
-    algorithms: WebPkiSupportedAlgorithms,
 }
 
-impl SnapshotClientVerifier {
-    pub(crate) fn new(state: Arc<ProxyState>, local: SocketAddr) -> Self {
-        Self {
-            state,
-            local,
-            algorithms: provider::default_provider().signature_verification_algorithms,
-        }
-    }
-
-    fn current(&self) -> Option<Arc<ClientAuth>> {
-        let snapshot = self.state.snapshot.load();
-        snapshot.listener(&self.local)?.client_auth.clone()
+impl ListenerClientVerifier {
+    pub(crate) fn new(auth: Arc<ClientAuth>, local: SocketAddr) -> Self {
+        Self { auth, local }
     }
 }
 
-impl std::fmt::Debug for SnapshotClientVerifier {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SnapshotClientVerifier({})", self.local)
-    }
-}
-
-impl ClientCertVerifier for SnapshotClientVerifier {
+impl ClientCertVerifier for ListenerClientVerifier {
     fn offer_client_auth(&self) -> bool {
-        self.current().is_some()
+        true
     }
 
     fn client_auth_mandatory(&self) -> bool {
-        self.current().is_some_and(|c| !c.insecure_fallback)
+        !self.auth.insecure_fallback
     }
 
-    /// No hints: they would have to outlive the Snapshot they came from, and clients
-    /// with a single certificate send it either way.
     fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        &[]
+        self.auth.verifier.root_hint_subjects()
     }
 
     fn verify_client_cert(
@@ -150,10 +130,7 @@ impl ClientCertVerifier for SnapshotClientVerifier {
         intermediates: &[CertificateDer<'_>],
         now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        // Validation was removed since the handshake offered it: nothing to check.
-        let Some(auth) = self.current() else {
-            return Ok(ClientCertVerified::assertion());
-        };
+        let auth = &self.auth;
         match auth
             .verifier
             .verify_client_cert(end_entity, intermediates, now)
@@ -177,7 +154,9 @@ impl ClientCertVerifier for SnapshotClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+        self.auth
+            .verifier
+            .verify_tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -186,10 +165,12 @@ impl ClientCertVerifier for SnapshotClientVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+        self.auth
+            .verifier
+            .verify_tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
+        self.auth.verifier.supported_verify_schemes()
     }
 }

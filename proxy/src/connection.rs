@@ -13,17 +13,17 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::Watcher;
 use metrics::Gauge;
-use rustls::ServerConfig;
 use tokio::net::TcpStream;
-use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::access_log::L4Record;
 use crate::http::{ConnInfo, handle};
 use crate::limits::Slot;
+use crate::snapshot::Listener;
 use crate::state::ProxyState;
 use crate::telemetry;
+use crate::tls::Handshakes;
 use crate::upstream::Upstreams;
 
 /// A client that has not finished its TLS handshake by then is dropped.
@@ -39,10 +39,8 @@ pub struct Connections {
     pub builder: auto::Builder<TokioExecutor>,
     /// The same, HTTP/2 only: for connections that agreed on `h2` by ALPN.
     pub builder_h2: auto::Builder<TokioExecutor>,
-    pub tls: Arc<ServerConfig>,
-    /// The same without ALPN, for TLS terminated in front of a TLSRoute backend: the
-    /// edge must not agree to an application protocol on the backend's behalf.
-    pub tls_l4: Arc<ServerConfig>,
+    /// TLS termination for this socket's address.
+    pub tls: Handshakes,
     /// Fired at the drain deadline to close connections still open then.
     pub force_close: CancellationToken,
     /// Every connection task, so the deadline can wait until they are all gone:
@@ -52,12 +50,14 @@ pub struct Connections {
 }
 
 impl Connections {
-    /// Serves `stream` on its own task. Whether it speaks TLS is decided by the
-    /// Snapshot current at accept time. `active` counts it while it is open.
+    /// Serves `stream` on its own task. Whether it speaks TLS is decided by
+    /// `listener`, the socket's in the Snapshot the accept loaded. `active` counts it
+    /// while it is open.
     pub fn spawn(
         &self,
         stream: TcpStream,
         peer: SocketAddr,
+        listener: Option<Arc<Listener>>,
         watcher: Watcher,
         slot: Slot,
         active: Gauge,
@@ -66,14 +66,11 @@ impl Connections {
         self.tasks.spawn(async move {
             let _slot = slot;
             active.increment(1.0);
-            let (terminates_tls, l4) = {
-                let snapshot = this.state.snapshot.load();
-                let listener = snapshot.listeners.get(&this.local);
-                (
-                    listener.is_some_and(|l| l.tls.is_some()),
-                    listener.and_then(|l| Some((Arc::clone(l), Arc::clone(l.l4.as_ref()?)))),
-                )
-            };
+            let terminates_tls = listener.as_ref().is_some_and(|l| l.tls.is_some());
+            let l4 = listener.and_then(|l| {
+                let routes = Arc::clone(l.l4.as_ref()?);
+                Some((l, routes))
+            });
             let info = ConnInfo::new(this.local, peer, Arc::clone(&this.upstreams));
             if let Some((listener, routes)) = l4 {
                 // Held while bytes flow, so a removed listener's drain waits for it.
@@ -92,7 +89,7 @@ impl Connections {
                     peer,
                     protocol,
                     &routes,
-                    &this.tls_l4,
+                    &this.tls,
                     &this.force_close,
                     &mut record,
                 )
@@ -101,8 +98,7 @@ impl Connections {
                     record.finish(log);
                 }
             } else if terminates_tls {
-                let acceptor = TlsAcceptor::from(Arc::clone(&this.tls));
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, this.tls.accept(stream, true)).await {
                     Ok(Ok(tls)) => {
                         let sni = tls.get_ref().1.server_name().map(str::to_owned);
                         let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");

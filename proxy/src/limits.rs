@@ -52,6 +52,18 @@ impl Default for Limits {
     }
 }
 
+/// HTTP/2 flow control toward clients. A stream may have 1 MiB of request body in
+/// flight before the edge has passed it on (hyper's default, about 80 Mbit/s of upload
+/// at 100 ms round trip); the connection, four such streams, where hyper allows one, so
+/// one upload waiting on a slow backend does not stall the others' bodies. Fixed, not
+/// hyper's adaptive (BDP) window: that one grows to 16 MiB per connection on its own,
+/// and an edge needs a bound on what a client can make it buffer.
+const H2_STREAM_WINDOW: u32 = 1024 * 1024;
+const H2_CONNECTION_WINDOW: u32 = 4 * H2_STREAM_WINDOW;
+// The largest frame a client may send stays the protocol's 16 KiB: browsers and
+// nghttp2 send no larger whatever is allowed, and h2spec's case 4.2 expects a larger
+// frame refused.
+
 impl Limits {
     /// The HTTP/1.1 + HTTP/2 server builder with these limits applied.
     pub fn server_builder(&self) -> auto::Builder<TokioExecutor> {
@@ -69,7 +81,9 @@ impl Limits {
             .max_pending_accept_reset_streams(self.max_pending_accept_reset_streams)
             .max_header_list_size(u32::try_from(self.max_header_bytes).unwrap_or(u32::MAX))
             .keep_alive_interval(self.http2_keepalive)
-            .keep_alive_timeout(self.http2_keepalive);
+            .keep_alive_timeout(self.http2_keepalive)
+            .initial_stream_window_size(H2_STREAM_WINDOW)
+            .initial_connection_window_size(H2_CONNECTION_WINDOW);
         b
     }
 }

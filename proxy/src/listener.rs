@@ -397,26 +397,13 @@ async fn serve(
     // may fold another listener into this socket.
     let mut stats: Option<telemetry::ListenerStats> = None;
     let graceful = GracefulShutdown::new();
-    let tls = match tls::server_config(Arc::clone(&state), local, &resumption) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(%local, error = %e, "cannot build the TLS configuration");
-            return;
-        }
-    };
-    let tls_l4 = {
-        let mut c = (*tls).clone();
-        c.alpn_protocols.clear();
-        Arc::new(c)
-    };
     let connections = Connections {
         state: Arc::clone(&state),
         upstreams,
         local,
         builder: limits.server_builder(),
         builder_h2: limits.server_builder().http2_only(),
-        tls,
-        tls_l4,
+        tls: tls::Handshakes::new(Arc::clone(&state), local, resumption),
         force_close: CancellationToken::new(),
         tasks: TaskTracker::new(),
     };
@@ -456,20 +443,19 @@ async fn serve(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "set_nodelay failed");
         }
-        let active = {
-            let snapshot = state.snapshot.load();
-            let (gateway, sections): (&str, &[Arc<str>]) = snapshot
-                .listener(&local)
-                .map_or(("none", &[]), |l| (&l.gateway, &l.sections));
-            if !stats.as_ref().is_some_and(|s| s.serves(gateway, sections)) {
-                stats = None;
-            }
-            let current =
-                stats.get_or_insert_with(|| telemetry::ListenerStats::new(gateway, sections));
-            current.accepted.increment(1);
-            current.active.clone()
-        };
-        connections.spawn(stream, peer, graceful.watcher(), slot, active);
+        // The connection's one Snapshot load (a TLS handshake makes one more, at its
+        // ClientHello; a request, one of its own).
+        let serving = state.snapshot.load().listeners.get(&local).cloned();
+        let (gateway, sections): (&str, &[Arc<str>]) = serving
+            .as_deref()
+            .map_or(("none", &[]), |l| (&l.gateway, &l.sections));
+        if !stats.as_ref().is_some_and(|s| s.serves(gateway, sections)) {
+            stats = None;
+        }
+        let current = stats.get_or_insert_with(|| telemetry::ListenerStats::new(gateway, sections));
+        current.accepted.increment(1);
+        let active = current.active.clone();
+        connections.spawn(stream, peer, serving, graceful.watcher(), slot, active);
     }
     drop(listener);
     tokio::select! {

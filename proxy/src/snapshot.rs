@@ -13,7 +13,7 @@ use crate::client_auth::ClientAuth;
 use crate::l4::L4Routes;
 use crate::routing::RouteTable;
 use crate::telemetry::RouteStats;
-use crate::tls::TlsCerts;
+use crate::tls::{HandshakeConfigs, TlsCerts};
 
 /// Everything the proxy serves at one moment.
 #[derive(Debug, Default, Serialize)]
@@ -62,6 +62,9 @@ pub struct Listener {
     /// Counts requests that matched no route on this listener.
     #[serde(skip)]
     pub unrouted: RouteStats,
+    /// The TLS handshake configurations made from `tls` and `client_auth`.
+    #[serde(skip)]
+    pub(crate) handshakes: HandshakeConfigs,
 }
 
 impl Listener {
@@ -83,6 +86,7 @@ impl Listener {
             client_auth: None,
             l4: None,
             unrouted,
+            handshakes: HandshakeConfigs::default(),
         }
     }
 

@@ -1,28 +1,39 @@
-//! TLS termination: server certificates chosen by SNI from the current Snapshot.
+//! TLS termination: server certificates chosen by SNI, and client certificates
+//! validated, as the current Snapshot says.
 //!
-//! The rustls `ServerConfig` of a socket is built once; its certificate resolver loads
-//! the Snapshot on every ClientHello, so a rotated Secret is used by the next handshake
-//! and established connections are untouched.
+//! A socket reads the ClientHello first, then loads the Snapshot once and takes that
+//! Snapshot's handshake configuration for the socket's listener: its certificates, its
+//! client validation and ALPN, built at the listener's first handshake and dropped with
+//! the Snapshot. One load per handshake (the resolver and the verifier used to load it
+//! for every callback, three to five times), and a handshake consistent with one
+//! Snapshot; a rotated Secret is used by the next handshake, and established
+//! connections are untouched.
 //!
 //! Crypto provider: ring. It builds with a C compiler alone (aws-lc-rs wants cmake and
 //! a longer build on these 2-core machines), is what rcgen and the test tooling use,
 //! and covers every cipher suite the edge offers.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use rustls::ServerConfig;
+use rustls::crypto::CryptoProvider;
 use rustls::crypto::ring as provider;
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::{Acceptor, ClientHello, ResolvesServerCert};
 pub use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
-use crate::client_auth::SnapshotClientVerifier;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_rustls::LazyConfigAcceptor;
+use tokio_rustls::server::TlsStream;
+
+use crate::client_auth::ListenerClientVerifier;
 use crate::hostmap::HostMap;
 use crate::resumption::Resumption;
+use crate::snapshot::Listener;
 use crate::state::ProxyState;
 
 /// Why a certificate and key can't be served.
@@ -98,44 +109,126 @@ impl Serialize for TlsCerts {
     }
 }
 
-/// Picks the certificate from whatever Snapshot is current at handshake time.
-struct SnapshotResolver {
-    state: Arc<ProxyState>,
-    local: SocketAddr,
-}
+/// The certificates of one Snapshot's listener.
+#[derive(Debug)]
+struct ListenerResolver(TlsCerts);
 
-impl std::fmt::Debug for SnapshotResolver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "SnapshotResolver({})", self.local)
-    }
-}
-
-impl ResolvesServerCert for SnapshotResolver {
+impl ResolvesServerCert for ListenerResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let snapshot = self.state.snapshot.load();
-        let certs = snapshot.listener(&self.local)?.tls.as_ref()?;
-        certs.lookup(hello.server_name()).cloned()
+        self.0.lookup(hello.server_name()).cloned()
     }
 }
 
-/// The TLS configuration of the socket bound at `local`; `resumption` is shared by every
-/// socket bound there.
-pub fn server_config(
-    state: Arc<ProxyState>,
-    local: SocketAddr,
+/// Built once per process: every handshake configuration shares it.
+static PROVIDER: LazyLock<Arc<CryptoProvider>> =
+    LazyLock::new(|| Arc::new(provider::default_provider()));
+
+/// The handshake configurations of one Snapshot's listener, built at its first
+/// handshake of each kind and dropped with the Snapshot.
+#[derive(Debug, Default)]
+pub struct HandshakeConfigs {
+    /// HTTPS: ALPN offers `h2` and `http/1.1`.
+    http: OnceLock<Built>,
+    /// TLS terminated in front of a TLSRoute backend: no ALPN, since the edge must not
+    /// agree to an application protocol on the backend's behalf.
+    l4: OnceLock<Built>,
+}
+
+#[derive(Debug)]
+struct Built {
+    /// The session store it was built with: a socket bound anew (a listener removed
+    /// and added back) has another.
+    resumption: Arc<Resumption>,
+    config: Arc<ServerConfig>,
+}
+
+impl HandshakeConfigs {
+    /// The configuration for `listener` (whose field this is) and the socket's session
+    /// store, cached for the Snapshot's life.
+    fn get(
+        &self,
+        listener: &Listener,
+        resumption: &Arc<Resumption>,
+        alpn: bool,
+    ) -> Result<Arc<ServerConfig>, rustls::Error> {
+        let cell = if alpn { &self.http } else { &self.l4 };
+        if let Some(b) = cell
+            .get()
+            .filter(|b| Arc::ptr_eq(&b.resumption, resumption))
+        {
+            return Ok(Arc::clone(&b.config));
+        }
+        let config = build(listener, resumption, alpn)?;
+        let _ = cell.set(Built {
+            resumption: Arc::clone(resumption),
+            config: Arc::clone(&config),
+        });
+        Ok(config)
+    }
+}
+
+fn build(
+    listener: &Listener,
     resumption: &Arc<Resumption>,
+    alpn: bool,
 ) -> Result<Arc<ServerConfig>, rustls::Error> {
-    let mut config = ServerConfig::builder_with_provider(Arc::new(provider::default_provider()))
-        .with_safe_default_protocol_versions()?
-        .with_client_cert_verifier(Arc::new(SnapshotClientVerifier::new(
-            Arc::clone(&state),
-            local,
-        )))
-        .with_cert_resolver(Arc::new(SnapshotResolver { state, local }));
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let builder = ServerConfig::builder_with_provider(Arc::clone(&PROVIDER))
+        .with_safe_default_protocol_versions()?;
+    let builder = match &listener.client_auth {
+        Some(auth) => builder.with_client_cert_verifier(Arc::new(ListenerClientVerifier::new(
+            Arc::clone(auth),
+            listener.bind,
+        ))),
+        None => builder.with_no_client_auth(),
+    };
+    let certs = listener.tls.clone().unwrap_or_default();
+    let mut config = builder.with_cert_resolver(Arc::new(ListenerResolver(certs)));
+    if alpn {
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    }
     config.session_storage = resumption.store();
     config.ticketer = resumption.ticketer();
     Ok(Arc::new(config))
+}
+
+/// The TLS handshakes of the sockets bound at one address (one per worker), which
+/// share its session store.
+#[derive(Clone)]
+pub struct Handshakes {
+    state: Arc<ProxyState>,
+    local: SocketAddr,
+    resumption: Arc<Resumption>,
+}
+
+impl Handshakes {
+    pub fn new(state: Arc<ProxyState>, local: SocketAddr, resumption: Arc<Resumption>) -> Self {
+        Self {
+            state,
+            local,
+            resumption,
+        }
+    }
+
+    /// Reads the ClientHello, then completes the handshake with the configuration of
+    /// the Snapshot current then; `alpn`: offer `h2` and `http/1.1` (HTTPS listeners).
+    pub async fn accept<IO>(&self, io: IO, alpn: bool) -> std::io::Result<TlsStream<IO>>
+    where
+        IO: AsyncRead + AsyncWrite + Unpin,
+    {
+        let start = LazyConfigAcceptor::new(Acceptor::default(), io).await?;
+        let config = {
+            let snapshot = self.state.snapshot.load();
+            let listener = snapshot
+                .listeners
+                .get(&self.local)
+                .ok_or_else(|| std::io::Error::other("the listener is gone"))?;
+            listener
+                .handshakes
+                .get(listener, &self.resumption, alpn)
+                .map_err(std::io::Error::other)?
+        };
+        start.into_stream(config).await
+    }
 }
 
 #[cfg(test)]

@@ -41,6 +41,7 @@ mod retry;
 mod retry_body;
 mod routing;
 mod shutdown;
+mod stale_connection;
 mod status;
 mod takeover;
 mod tls_mixed;

@@ -4,19 +4,19 @@
 //! terminate replays the hello into the edge's own handshake.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
 use super::rewind::Rewind;
 use super::{L4Routes, Mode, Record, note, passthrough, refused, terminate};
+use crate::tls::Handshakes;
 
 pub async fn serve(
     mut client: TcpStream,
     peer: SocketAddr,
     routes: &L4Routes,
-    tls: &Arc<rustls::ServerConfig>,
+    tls: &Handshakes,
     force_close: &CancellationToken,
     record: &mut Record,
 ) {

@@ -109,13 +109,13 @@ pub fn log_protocol(protocol: crate::Protocol) -> &'static str {
 }
 
 /// Serves one accepted connection of a TCP or TLS (passthrough or terminate) socket.
-/// `tls` is the socket's server configuration for terminating.
+/// `tls` terminates TLS for the socket.
 pub async fn serve_stream(
     stream: tokio::net::TcpStream,
     peer: std::net::SocketAddr,
     protocol: crate::Protocol,
     routes: &L4Routes,
-    tls: &Arc<rustls::ServerConfig>,
+    tls: &crate::tls::Handshakes,
     force_close: &tokio_util::sync::CancellationToken,
     record: &mut Record,
 ) {

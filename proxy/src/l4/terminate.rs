@@ -3,26 +3,24 @@
 //! TLSRoute backends for that name, byte for byte (no HTTP is parsed).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 
-use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use super::passthrough::HELLO_TIMEOUT;
 use super::tcp::ClientStream;
 use super::{L4Routes, Record, note, refused, tcp};
 use crate::telemetry;
+use crate::tls::Handshakes;
 
 pub async fn serve<S: ClientStream>(
     client: S,
     peer: SocketAddr,
     routes: &L4Routes,
-    tls: &Arc<rustls::ServerConfig>,
+    tls: &Handshakes,
     force_close: &CancellationToken,
     record: &mut Record,
 ) {
-    let acceptor = TlsAcceptor::from(Arc::clone(tls));
-    let stream = match tokio::time::timeout(HELLO_TIMEOUT, acceptor.accept(client)).await {
+    let stream = match tokio::time::timeout(HELLO_TIMEOUT, tls.accept(client, false)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             metrics::counter!(telemetry::TLS_HANDSHAKE_ERRORS_TOTAL).increment(1);

@@ -24,8 +24,8 @@ use std::time::Duration;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
-use hyper::client::conn::http2::{self, SendRequest};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper::client::conn::http2::SendRequest;
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::watch;
 
@@ -319,8 +319,7 @@ impl<K: Hash + Eq + Clone + Send + 'static> Pool<K> {
     {
         let peer = Arc::new(PeerState::default());
         let io = Sniffer::new(io, Arc::clone(&peer));
-        let (sender, conn) = http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
+        let (sender, conn) = crate::upstream::h2pool::client_builder()
             .keep_alive_interval(self.settings.keepalive_interval)
             .keep_alive_timeout(self.settings.keepalive_timeout)
             .keep_alive_while_idle(true)

@@ -9,6 +9,14 @@
 //! replay: empty, or at most 64 KiB (buffered as `Bytes`). The request head is cloned
 //! for an attempt only when a later one may need it, so a request on a rule without
 //! `retry` pays nothing.
+//!
+//! Whatever the rule, a request sent on a reused keep-alive connection that ends before
+//! any byte of the answer goes once more, on a new connection to the same endpoint, if
+//! it is idempotent and its body is empty or kept: the peer had closed the connection
+//! (its idle timeout, or it died) before this worker saw the FIN, a race every pool
+//! has (hyper-util's legacy client, Envoy and nginx's `proxy_next_upstream error`
+//! retry it too). For that, such a request's head is copied before it goes out on a
+//! reused connection.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -56,6 +64,9 @@ struct Plan<'a> {
     attempt_timeout: Option<Duration>,
     /// The body is buffered for replay.
     replay: bool,
+    /// Sent again on a new connection if a reused one closes before answering:
+    /// idempotent, its body empty or buffered, not an upgrade, retries not disabled.
+    stale: bool,
     /// Waits between attempts; none without a rule `retry` (a connect retry goes to
     /// another endpoint, and nothing was sent).
     policy: Option<&'a RetryPolicy>,
@@ -68,8 +79,10 @@ impl<'a> Plan<'a> {
         body: &RequestBody,
         upgrade: bool,
     ) -> Self {
+        let empty = body.is_end_stream();
         let Some(p) = t.policy else {
             return Self {
+                stale: empty && !upgrade && is_idempotent(&parts.method),
                 retries: if t.protocol == UpstreamProtocol::Mesh {
                     2
                 } else {
@@ -96,6 +109,7 @@ impl<'a> Plan<'a> {
             timeouts: idempotent,
             attempt_timeout: p.attempt_timeout,
             replay,
+            stale: idempotent,
             policy: Some(p),
         }
     }
@@ -107,6 +121,7 @@ enum Reason {
     ConnectError,
     Status,
     BackendTimeout,
+    ConnectionClosed,
 }
 
 impl Reason {
@@ -115,6 +130,7 @@ impl Reason {
             Reason::ConnectError => "connect_error",
             Reason::Status => "status",
             Reason::BackendTimeout => "backend_timeout",
+            Reason::ConnectionClosed => "connection_closed",
         }
     }
 }
@@ -144,6 +160,11 @@ pub(crate) async fn exchange(
     let mut unreachable: Vec<SocketAddr> = Vec::new();
     let mut endpoint = t.endpoint;
     let mut retry = 0u32;
+    // The rule's retries, plus the one resend after a closed reused connection.
+    let mut budget = plan.retries;
+    let mut stale = plan.stale;
+    // The next attempt dials anew rather than take a pooled connection.
+    let mut fresh = false;
     let mut head_taken = false;
     loop {
         tried.endpoint = Some(endpoint.addr);
@@ -151,7 +172,7 @@ pub(crate) async fn exchange(
         let deadline = plan.attempt_timeout.map(|d| Instant::now() + d);
         let outcome = match within(
             deadline,
-            t.upstreams.connect(t.protocol, t.backend, endpoint),
+            t.upstreams.connect(t.protocol, t.backend, endpoint, fresh),
         )
         .await
         {
@@ -164,7 +185,8 @@ pub(crate) async fn exchange(
             }
             Some(Ok(ready)) => {
                 // The head is copied only if a later attempt may send it again.
-                let mut head = if plan.policy.is_some() && retry < plan.retries {
+                let keep = (plan.policy.is_some() && retry < budget) || (stale && ready.reused());
+                let mut head = if keep {
                     parts.clone()
                 } else {
                     head_taken = true;
@@ -188,33 +210,51 @@ pub(crate) async fn exchange(
                 sent
             }
         };
+        fresh = false;
         let reason = match &outcome {
             Some(Ok(resp)) if plan.codes.contains(&resp.status().as_u16()) => Reason::Status,
             Some(Err(UpstreamError::Connect(_))) => Reason::ConnectError,
+            Some(Err(UpstreamError::Stale(_))) if stale => Reason::ConnectionClosed,
             None if plan.timeouts => Reason::BackendTimeout,
             _ => return finish(outcome, t.backend, endpoint),
         };
-        // The request must still be whole: its head, and its body (unsent, or kept).
-        let resendable = !head_taken && (stream.is_some() || plan.replay);
-        // After a failed connect, another endpoint that has not failed one; after
-        // an answer or a timeout, the next in turn (a single-pod Service retries
-        // its one pod).
-        let next = if retry >= plan.retries || !resendable {
-            None
-        } else if let Reason::ConnectError = reason {
-            unreachable.push(endpoint.addr);
-            t.backend.pick_other(&unreachable)
-        } else {
-            t.backend
+        // The request must still be whole: its head, and its body (unsent, kept, or
+        // empty: `replay` is then empty too).
+        let resendable = !head_taken && (stream.is_some() || plan.replay || plan.stale);
+        // After a failed connect, another endpoint that has not failed one; after a
+        // closed reused connection, the same endpoint on a new one (the endpoint may
+        // well be up: it closed an idle connection); after an answer or a timeout, the
+        // next in turn (a single-pod Service retries its one pod).
+        let next = match reason {
+            _ if !resendable => None,
+            Reason::ConnectionClosed => {
+                stale = false;
+                fresh = true;
+                budget += 1;
+                Some(endpoint)
+            }
+            _ if retry >= budget => None,
+            Reason::ConnectError => {
+                unreachable.push(endpoint.addr);
+                t.backend.pick_other(&unreachable)
+            }
+            Reason::Status | Reason::BackendTimeout => t
+                .backend
                 .pick_other(&unreachable)
-                .or_else(|| t.backend.pick())
+                .or_else(|| t.backend.pick()),
         };
         let Some(next) = next else {
             return finish(outcome, t.backend, endpoint);
         };
-        if let Some(Err(UpstreamError::Connect(e))) = &outcome {
-            upstream_connect_errors(&t.backend.name).increment(1);
-            tracing::debug!(backend = %t.backend.name, from = %endpoint.addr, to = %next.addr, error = %e, "upstream connect failed; retrying on another endpoint");
+        match &outcome {
+            Some(Err(UpstreamError::Connect(e))) => {
+                upstream_connect_errors(&t.backend.name).increment(1);
+                tracing::debug!(backend = %t.backend.name, from = %endpoint.addr, to = %next.addr, error = %e, "upstream connect failed; retrying on another endpoint");
+            }
+            Some(Err(UpstreamError::Stale(e))) => {
+                tracing::debug!(backend = %t.backend.name, endpoint = %endpoint.addr, error = %e, "reused upstream connection closed before answering; resending on a new one");
+            }
+            _ => {}
         }
         // A retried answer's body is not wanted: dropping it closes that connection.
         drop(outcome);
@@ -222,7 +262,8 @@ pub(crate) async fn exchange(
         metrics::counter!(UPSTREAM_RETRIES_TOTAL, "backend" => t.backend.name.to_string(), "reason" => reason.label())
             .increment(1);
         endpoint = next;
-        if let Some(p) = plan.policy {
+        // A closed idle connection says nothing about the endpoint: no backoff.
+        if let (Some(p), false) = (plan.policy, fresh) {
             tokio::time::sleep(p.backoff_before(retry)).await;
         }
     }
@@ -265,7 +306,7 @@ fn into_proxy_result(
             Err(ProxyError::UpstreamConnect(e))
         }
         Err(UpstreamError::NoIdentity(e)) => Err(ProxyError::UpstreamConnect(e)),
-        Err(UpstreamError::Request(e)) => Err(ProxyError::Upstream(e)),
+        Err(UpstreamError::Request(e) | UpstreamError::Stale(e)) => Err(ProxyError::Upstream(e)),
         Err(UpstreamError::Refused(e)) => {
             tracing::warn!(backend = %backend.name, endpoint = %endpoint.addr, error = %e, "upstream refused");
             Err(ProxyError::Upstream(e))

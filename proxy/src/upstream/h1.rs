@@ -169,10 +169,16 @@ impl H1Pool {
         &self.shared
     }
 
-    /// A connection to `addr`: the most recently used idle one, or a new one. No
-    /// request is consumed, so a failed connect can be retried elsewhere.
-    pub(crate) async fn checkout(&self, addr: SocketAddr) -> Result<Checkout, UpstreamError> {
-        let (conn, reused) = match self.shared.pop(addr) {
+    /// A connection to `addr`: the most recently used idle one, or a new one (always a
+    /// new one when `fresh`). No request is consumed, so a failed connect can be
+    /// retried elsewhere.
+    pub(crate) async fn checkout(
+        &self,
+        addr: SocketAddr,
+        fresh: bool,
+    ) -> Result<Checkout, UpstreamError> {
+        let pooled = if fresh { None } else { self.shared.pop(addr) };
+        let (conn, reused) = match pooled {
             Some(conn) => (conn, true),
             // Boxed: a dial (TCP, TLS) is a large future, and every request's future
             // would carry it inline and copy it around; dials are rare.
@@ -193,7 +199,7 @@ impl H1Pool {
         addr: SocketAddr,
         req: Request<Body>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        self.checkout(addr).await?.send(req).await
+        self.checkout(addr, false).await?.send(req).await
     }
 }
 
@@ -206,6 +212,11 @@ pub(crate) struct Checkout {
 }
 
 impl Checkout {
+    /// Taken from the pool rather than dialled for this request.
+    pub(crate) fn reused(&self) -> bool {
+        self.reused
+    }
+
     /// Sends `req` (origin-form URI) and returns the answer head; the body streams
     /// from the same connection, which goes back to the pool once it is read.
     pub(crate) async fn send(
@@ -229,6 +240,14 @@ impl Checkout {
             Err(Failed {
                 request: Some(req), ..
             }) if reused => req,
+            // Sent on a reused connection that ended before any answer: the peer had
+            // closed it (or died) and this task had not seen the FIN yet. The request
+            // may have reached it, so only the attempt loop, which knows whether it can
+            // be replayed, may send it again.
+            Err(Failed { error, .. }) if reused && closed_before_answer(&error) => {
+                tracing::debug!(%addr, error = %error, "reused upstream connection closed before answering");
+                return Err(UpstreamError::Stale(error.into()));
+            }
             Err(Failed { error, .. }) => {
                 tracing::debug!(%addr, reused, error = %error, "upstream exchange failed");
                 return Err(UpstreamError::Request(error.into()));
@@ -310,6 +329,26 @@ impl Shared {
 struct Failed {
     error: hyper::Error,
     request: Option<Request<Body>>,
+}
+
+/// The connection ended (EOF, reset, write to a closed socket) before an answer head
+/// was in: what a request sent to a peer that already closed the connection gets.
+fn closed_before_answer(error: &hyper::Error) -> bool {
+    use std::io::ErrorKind;
+    if error.is_incomplete_message() || error.is_canceled() {
+        return true;
+    }
+    std::error::Error::source(error)
+        .and_then(|s| s.downcast_ref::<std::io::Error>())
+        .is_some_and(|io| {
+            matches!(
+                io.kind(),
+                ErrorKind::ConnectionReset
+                    | ErrorKind::ConnectionAborted
+                    | ErrorKind::BrokenPipe
+                    | ErrorKind::UnexpectedEof
+            )
+        })
 }
 
 /// Sends `req` on `conn`, doing the connection's I/O in this task, until the answer

@@ -106,13 +106,32 @@ pub async fn send(
         .map_err(|e| UpstreamError::Request(e.into()))
 }
 
+/// Flow control of an upstream HTTP/2 connection, which carries the streams of many
+/// clients. Each stream holds at most its window of answer the client has not read
+/// yet; the connection's window is sixteen of those, where hyper's (5 MiB for 2 MiB
+/// streams) lets two or three slow clients stall every other stream on it.
+const STREAM_WINDOW: u32 = 1024 * 1024;
+const CONNECTION_WINDOW: u32 = 16 * STREAM_WINDOW;
+/// Largest frame the backend may send: a backend that uses it sends a large answer in
+/// a quarter of the frames, each a wake-up of the stream's reader.
+const MAX_FRAME: u32 = 64 * 1024;
+
+/// The HTTP/2 client builder every upstream connection starts from (mesh's too).
+pub(crate) fn client_builder() -> http2::Builder<TokioExecutor> {
+    let mut b = http2::Builder::new(TokioExecutor::new());
+    b.timer(TokioTimer::new())
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_frame_size(MAX_FRAME);
+    b
+}
+
 /// The HTTP/2 handshake over any transport; the connection runs on its own task.
 async fn handshake<T>(addr: SocketAddr, io: T) -> Result<SendRequest<Body>, UpstreamError>
 where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let (sender, conn) = http2::Builder::new(TokioExecutor::new())
-        .timer(TokioTimer::new())
+    let (sender, conn) = client_builder()
         .keep_alive_interval(Duration::from_secs(30))
         .handshake(TokioIo::new(io))
         .await

@@ -58,6 +58,11 @@ pub enum UpstreamError {
     NoIdentity(BoxError),
     #[error("request: {0}")]
     Request(BoxError),
+    /// A reused keep-alive connection ended before any byte of the answer: the peer
+    /// had closed it, or died. The request may have reached it, so it is sent again
+    /// (once, on a new connection) only when it can be replayed and is idempotent.
+    #[error("reused connection closed: {0}")]
+    Stale(BoxError),
     /// The upstream was reached but refused as a peer (mesh identity): never retried
     /// elsewhere as if it were down, and answered 502.
     #[error("refused: {0}")]
@@ -100,21 +105,27 @@ impl Upstreams {
         }
     }
 
-    /// A connection to `endpoint` (or a stream slot on one) for one request. No
-    /// request is consumed: a failed connect can be retried on another endpoint.
+    /// A connection to `endpoint` (or a stream slot on one) for one request; `fresh`:
+    /// a new HTTP/1.1 connection, not a pooled one. No request is consumed: a failed
+    /// connect can be retried on another endpoint.
     pub(crate) async fn connect(
         &self,
         protocol: UpstreamProtocol,
         backend: &Backend,
         endpoint: &Endpoint,
+        fresh: bool,
     ) -> Result<Ready, UpstreamError> {
         match protocol {
-            UpstreamProtocol::Http1 => self.http1.checkout(endpoint.addr).await.map(Ready::Http1),
+            UpstreamProtocol::Http1 => self
+                .http1
+                .checkout(endpoint.addr, fresh)
+                .await
+                .map(Ready::Http1),
             UpstreamProtocol::H2c => self.h2c.sender(endpoint.addr).await.map(Ready::H2),
             UpstreamProtocol::Tls | UpstreamProtocol::H2Tls => match &backend.tls {
                 Some(policy) => {
                     let h2 = protocol == UpstreamProtocol::H2Tls;
-                    tls::connect(&self.settings, policy, h2, backend, endpoint).await
+                    tls::connect(&self.settings, policy, h2, backend, endpoint, fresh).await
                 }
                 None => Err(UpstreamError::Refused("backend has no TLS policy".into())),
             },
@@ -133,7 +144,7 @@ impl Upstreams {
         endpoint: &Endpoint,
         req: Request<Body>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        let result = match self.connect(protocol, backend, endpoint).await {
+        let result = match self.connect(protocol, backend, endpoint, false).await {
             Ok(ready) => ready.send(req).await,
             Err(e) => Err(e),
         };
@@ -150,6 +161,14 @@ pub(crate) enum Ready {
 }
 
 impl Ready {
+    /// A pooled HTTP/1.1 connection, which the peer may have closed unseen.
+    pub(crate) fn reused(&self) -> bool {
+        match self {
+            Ready::Http1(conn) => conn.reused(),
+            Ready::H2(_) | Ready::Mesh(_) => false,
+        }
+    }
+
     pub(crate) async fn send(
         self,
         req: Request<Body>,
@@ -178,7 +197,8 @@ pub(crate) fn record_health<B>(
 ) {
     match result {
         Ok(resp) if !resp.status().is_server_error() => endpoint.health.success(),
-        Ok(_) | Err(UpstreamError::Connect(_) | UpstreamError::Request(_)) => {
+        Ok(_)
+        | Err(UpstreamError::Connect(_) | UpstreamError::Request(_) | UpstreamError::Stale(_)) => {
             record_failure(backend, endpoint);
         }
         Err(UpstreamError::Refused(_) | UpstreamError::NoIdentity(_)) => {}

@@ -54,13 +54,15 @@ pub(crate) fn dial(tls: &BackendTls, backend: &Backend) -> Result<TlsDial, Upstr
     })
 }
 
-/// A connection to `endpoint` over the policy's TLS: HTTP/2 when `h2`, else HTTP/1.1.
+/// A connection to `endpoint` over the policy's TLS: HTTP/2 when `h2`, else HTTP/1.1
+/// (a new one when `fresh`).
 pub(crate) async fn connect(
     settings: &UpstreamSettings,
     tls: &BackendTls,
     h2: bool,
     backend: &Backend,
     endpoint: &Endpoint,
+    fresh: bool,
 ) -> Result<Ready, UpstreamError> {
     if h2 {
         let pool = match tls.h2.get() {
@@ -80,5 +82,5 @@ pub(crate) async fn connect(
             tls.http1.get_or_init(|| H1Pool::new(settings, Some(dial)))
         }
     };
-    pool.checkout(endpoint.addr).await.map(Ready::Http1)
+    pool.checkout(endpoint.addr, fresh).await.map(Ready::Http1)
 }
