@@ -145,7 +145,7 @@ fn retries_closed(metrics: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_get_on_a_pooled_connection_the_backend_dropped_is_sent_again() -> TestResult {
-    let env = TestEnv::new(74)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     env.write_manifest("m.yaml", &single_route(net, &["stale.example"]))?;
     let (seen, _backend) = dying_backend(net.echo_a()).await?;
@@ -185,7 +185,7 @@ async fn a_get_on_a_pooled_connection_the_backend_dropped_is_sent_again() -> Tes
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_post_on_a_pooled_connection_the_backend_dropped_is_not_replayed() -> TestResult {
-    let env = TestEnv::new(76)?;
+    let env = TestEnv::new()?;
     let net = env.net;
     env.write_manifest("m.yaml", &single_route(net, &["stale.example"]))?;
     let (seen, _backend) = dying_backend(net.echo_a()).await?;
