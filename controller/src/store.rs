@@ -221,6 +221,14 @@ impl Object {
 /// between two copies is found by a diff that skips the subtrees they share.
 pub type Map<K, V> = imbl::OrdMap<K, V>;
 
+/// Keeps the entries whose key `keep` accepts (`imbl` maps have no `retain`).
+pub fn retain_keys<K: Ord + Clone, V: Clone>(map: &mut Map<K, V>, keep: impl Fn(&K) -> bool) {
+    let gone: Vec<K> = map.keys().filter(|k| !keep(k)).cloned().collect();
+    for k in gone {
+        map.remove(&k);
+    }
+}
+
 /// Objects are kept by `Arc`: a copy of the Store (the Kubernetes source takes one per
 /// reconcile) shares them, and the incremental reconciler tells an unchanged object
 /// from a replaced one by pointer.

@@ -39,17 +39,9 @@ impl<T> HostMap<T> {
             self.any.get_or_insert(value);
             return;
         };
-        // Names from the reconciler are lower-case already: fold only when needed, and
-        // allocate the key only when it is new.
-        let h = if h.bytes().any(|b| b.is_ascii_uppercase()) {
-            Cow::Owned(h.to_ascii_lowercase())
-        } else {
-            Cow::Borrowed(h)
-        };
-        let (map, key) = match h.strip_prefix('*') {
-            Some(suffix) => (&mut self.wildcard, suffix),
-            None => (&mut self.exact, &*h),
-        };
+        let h = folded(h);
+        let (map, key) = self.map_for(&h);
+        // The key is allocated only when it is new.
         if !map.contains_key(key) {
             map.insert(key.into(), value);
         }
@@ -61,15 +53,8 @@ impl<T> HostMap<T> {
             self.any = value;
             return;
         };
-        let h = if h.bytes().any(|b| b.is_ascii_uppercase()) {
-            Cow::Owned(h.to_ascii_lowercase())
-        } else {
-            Cow::Borrowed(h)
-        };
-        let (map, key) = match h.strip_prefix('*') {
-            Some(suffix) => (&mut self.wildcard, suffix),
-            None => (&mut self.exact, &*h),
-        };
+        let h = folded(h);
+        let (map, key) = self.map_for(&h);
         match (map.get_mut(key), value) {
             (Some(slot), Some(value)) => *slot = value,
             (None, Some(value)) => {
@@ -78,6 +63,14 @@ impl<T> HostMap<T> {
             (_, None) => {
                 map.remove(key);
             }
+        }
+    }
+
+    /// The map a lower-case hostname belongs in, and its key there.
+    fn map_for<'h>(&mut self, h: &'h str) -> (&mut HashMap<Arc<str>, T>, &'h str) {
+        match h.strip_prefix('*') {
+            Some(suffix) => (&mut self.wildcard, suffix),
+            None => (&mut self.exact, h),
         }
     }
 
@@ -126,5 +119,15 @@ impl<T> HostMap<T> {
 
     pub fn is_empty(&self) -> bool {
         self.exact.is_empty() && self.wildcard.is_empty() && self.any.is_none()
+    }
+}
+
+/// `host` lower-cased. Names from the reconciler are lower-case already, so this
+/// allocates only for the rare one that is not.
+fn folded(host: &str) -> Cow<'_, str> {
+    if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(host)
     }
 }

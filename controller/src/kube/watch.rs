@@ -351,12 +351,7 @@ macro_rules! owned {
                 Object::Owned(OwnedKind::$kind, Box::new(self.metadata))
             }
             fn clear(store: &mut Store) {
-                store.owned = store
-                    .owned
-                    .iter()
-                    .filter(|((k, _), _)| *k != OwnedKind::$kind)
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
+                crate::store::retain_keys(&mut store.owned, |(k, _)| *k != OwnedKind::$kind);
             }
             fn remove(store: &mut Store, meta: &ObjectMeta) {
                 store.owned.remove(&(OwnedKind::$kind, ObjectKey::of(meta)));
@@ -405,12 +400,7 @@ macro_rules! l4_kind {
                 Object::L4Route(Box::new(self.0))
             }
             fn clear(store: &mut Store) {
-                store.l4_routes = store
-                    .l4_routes
-                    .iter()
-                    .filter(|((k, _), _)| *k != L4Kind::$variant)
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
+                crate::store::retain_keys(&mut store.l4_routes, |(k, _)| *k != L4Kind::$variant);
             }
             fn remove(store: &mut Store, meta: &ObjectMeta) {
                 store
