@@ -6,9 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aether_controller::{Reconciler, Settings};
-use aether_proxy::access_log::{self, AccessLog};
+use aether_proxy::access_log::AccessLog;
 use aether_proxy::state::ProxyState;
-use aether_proxy::upstream::UpstreamSettings;
 use aether_proxy::{ListenerManager, overload};
 use anyhow::Context;
 use arc_swap::ArcSwap;
@@ -16,7 +15,7 @@ use arc_swap::ArcSwap;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::admin::{self, AdminState, StatusDoc};
-use crate::cli::{AccessLogFormat, RunArgs};
+use crate::config::{Config, FilesConfig, Source};
 use crate::files::{self, FileSource};
 use crate::publish::Publisher;
 
@@ -25,32 +24,38 @@ pub(crate) const SETTLE: Duration = Duration::from_millis(100);
 
 /// `workers`: the data-plane runtimes the listeners are served on (see
 /// `aether_proxy::workers`); this future runs on the control plane's runtime.
-pub async fn run(args: RunArgs, workers: &[tokio::runtime::Handle]) -> anyhow::Result<()> {
+pub async fn run(config: Config, workers: &[tokio::runtime::Handle]) -> anyhow::Result<()> {
+    let Config {
+        process,
+        proxy: proxy_config,
+        controller,
+        source,
+        warnings,
+    } = config;
+    for warning in warnings {
+        tracing::warn!("{warning}");
+    }
     let prometheus = crate::metrics::install()?;
-    let access_log = start_access_log(&args)?;
-    let proxy = ProxyState::new(
-        &UpstreamSettings {
-            mesh: crate::mesh::settings(&args.mesh)?,
-            ..UpstreamSettings::default()
-        },
-        args.xff_trusted_hops,
-        access_log,
-    );
-    proxy
-        .max_request_body
-        .store(args.max_request_body_bytes, Ordering::Relaxed);
-    let budget = match args.memory_budget {
-        Some(0) => None,
-        Some(b) => Some(b),
-        None => overload::default_budget().await,
+    let access_log = match proxy_config.access_log {
+        Some(settings) => Some(
+            AccessLog::start(settings, Box::new(std::io::stdout()))
+                .context("cannot start the access log writer")?,
+        ),
+        None => None,
     };
-    if let Some(budget) = budget {
+    let mesh = proxy_config
+        .mesh
+        .as_ref()
+        .map(crate::mesh::start)
+        .transpose()?;
+    let proxy = ProxyState::new(&proxy_config, mesh, access_log);
+    if let Some(budget) = overload::budget(proxy_config.memory_budget).await {
         tracing::info!(budget, "shedding load above this resident memory");
         overload::spawn_monitor(Arc::clone(&proxy), budget);
     }
-    let admin_listener = admin::bind(args.admin)
+    let admin_listener = admin::bind(process.admin)
         .await
-        .with_context(|| format!("cannot bind the admin server to {}", args.admin))?;
+        .with_context(|| format!("cannot bind the admin server to {}", process.admin))?;
     let admin = Arc::new(AdminState {
         proxy: Arc::clone(&proxy),
         prometheus,
@@ -60,27 +65,19 @@ pub async fn run(args: RunArgs, workers: &[tokio::runtime::Handle]) -> anyhow::R
     tracing::info!(addr = %admin_listener.local_addr()?, "admin server listening");
     tokio::spawn(admin::serve(admin_listener, Arc::clone(&admin)));
 
-    let settings = Settings {
-        controller_name: args.controller_name.clone(),
-        address_pool: args.address_pool,
-    };
-    let manager = ListenerManager::new(
-        Arc::clone(&proxy),
-        workers,
-        args.drain_timeout,
-        args.limits.limits(),
-    );
+    let manager = ListenerManager::new(Arc::clone(&proxy), workers, &proxy_config);
     let mut publisher = Publisher::new(manager, Arc::clone(&admin));
-    if args.kubernetes {
-        crate::kubernetes::run(&args, settings, &mut publisher).await?;
-    } else {
-        run_files(&args, settings, &mut publisher).await?;
+    match source {
+        Source::Kubernetes(kube) => {
+            crate::kubernetes::run(&kube, controller, &mut publisher).await?;
+        }
+        Source::Files(files) => run_files(files, controller, &mut publisher).await?,
     }
-    tracing::info!(timeout = ?args.drain_timeout, "draining");
+    tracing::info!(timeout = ?proxy_config.drain_timeout, "draining");
     proxy.draining.store(true, Ordering::Release);
     // Readiness is already failing; give load balancers time to stop sending before
     // the sockets close.
-    tokio::time::sleep(args.drain_delay).await;
+    tokio::time::sleep(process.drain_delay).await;
     publisher.manager.shutdown().await;
     if let Some(log) = access_log {
         // The lines of the last requests are still in the writer's queue.
@@ -93,49 +90,33 @@ pub async fn run(args: RunArgs, workers: &[tokio::runtime::Handle]) -> anyhow::R
     Ok(())
 }
 
-/// Starts the access-log writer on stdout, unless `--access-log off`.
-fn start_access_log(args: &RunArgs) -> anyhow::Result<Option<&'static AccessLog>> {
-    let format = match args.access_log {
-        Some(AccessLogFormat::Off) => return Ok(None),
-        Some(AccessLogFormat::Json) => access_log::Format::Json,
-        Some(AccessLogFormat::Text) | None => access_log::Format::Text,
-    };
-    let settings = access_log::Settings {
-        format,
-        sample: args.access_log_sample,
-        statuses: args.access_log_status,
-    };
-    let log = AccessLog::start(settings, Box::new(std::io::stdout()))
-        .context("cannot start the access log writer")?;
-    Ok(Some(log))
-}
-
 /// Standalone: serves the manifests until SIGTERM/SIGINT.
 async fn run_files(
-    args: &RunArgs,
+    config: FilesConfig,
     settings: Settings,
     publisher: &mut Publisher,
 ) -> anyhow::Result<()> {
     // A path that is not there at startup is a typo or a missing mount, not an empty
     // configuration: serving nothing would look healthy. Only startup is checked; the
     // watcher handles what changes later.
-    for path in &args.manifests {
+    for path in &config.manifests {
         tokio::fs::metadata(path)
             .await
             .with_context(|| format!("--manifests {}", path.display()))?;
     }
-    let (_watcher, mut changes) = files::watch(&args.manifests, SETTLE, files::may_hold_manifests)
-        .context("cannot watch the manifests")?;
-    let seed = match &args.port_state {
+    let (_watcher, mut changes) =
+        files::watch(&config.manifests, SETTLE, files::may_hold_manifests)
+            .context("cannot watch the manifests")?;
+    let seed = match &config.port_state {
         Some(path) => crate::portstate::load(path)?,
         None => aether_controller::Statuses::default(),
     };
     let mut control = Control {
-        paths: args.manifests.clone(),
-        loader: Some(Loader::new(args.manifests.clone(), settings.clone())),
+        loader: Some(Loader::new(config.manifests.clone(), settings.clone())),
+        paths: config.manifests,
         settings,
         publisher,
-        port_state: args.port_state.clone().map(|p| (p, String::new())),
+        port_state: config.port_state.map(|p| (p, String::new())),
         seed,
         published_once: false,
     };

@@ -1,10 +1,15 @@
 //! The command line: `aether-edge run` and `aether-edge echo`.
 
 use std::net::SocketAddr;
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
-use std::time::Duration;
 
+use aether_proxy::ProxyConfig;
+use aether_proxy::config::MeshConfig;
+use aether_proxy::l4::udp::UdpSettings;
+use aether_proxy::{Limits, access_log};
 use clap::{Args, Parser, Subcommand};
+use humantime::Duration;
 use ipnet::IpNet;
 
 #[derive(Debug, Parser)]
@@ -90,7 +95,7 @@ pub struct RunArgs {
     pub writer_lease: String,
 
     /// Kubernetes mode: how long a writer holds the Lease without renewing it.
-    #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "15s", value_name = "DURATION")]
     pub lease_duration: Duration,
 
     /// Kubernetes mode: a Gateway annotated `aether.io/dedicated: "true"` gets a
@@ -124,7 +129,7 @@ pub struct RunArgs {
     /// processes. The control plane (watches, reconcile, status, admin, metrics) runs
     /// on a thread of its own beside them. Default: the CPUs the process may run on.
     #[arg(long, value_name = "N")]
-    pub workers: Option<std::num::NonZeroUsize>,
+    pub workers: Option<NonZeroUsize>,
 
     /// Admin server: /readyz, /metrics, /config_dump, /status.
     #[arg(long, default_value = "127.0.0.1:9901", value_name = "ADDR")]
@@ -132,19 +137,19 @@ pub struct RunArgs {
 
     /// On SIGTERM/SIGINT, and for removed listeners: how long in-flight requests may
     /// take to finish before their connections are closed.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value_t = ProxyConfig::DEFAULT.drain_timeout.into(), value_name = "DURATION")]
     pub drain_timeout: Duration,
 
     /// On SIGTERM/SIGINT: how long readiness reports 503 before listeners stop
     /// accepting, so load balancers notice first.
-    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value = "0s", value_name = "DURATION")]
     pub drain_delay: Duration,
 
     /// Proxies in front of the edge (a cloud load balancer is one) whose
     /// x-forwarded-for entries are trusted: the upstream sees the last N entries the
     /// client sent plus the client's address; the rest, which the client could have
     /// invented, is dropped. 0: the edge faces clients directly.
-    #[arg(long, default_value_t = 0, value_name = "N")]
+    #[arg(long, default_value_t = ProxyConfig::DEFAULT.trusted_hops, value_name = "N")]
     pub xff_trusted_hops: usize,
 
     /// Access log on stdout, one line per HTTP request, TCP/TLS connection and UDP flow:
@@ -155,13 +160,13 @@ pub struct RunArgs {
 
     /// Share of HTTP requests and L4 connections written to the access log, from 0
     /// to 1 (0.01: one in a hundred, chosen at random).
-    #[arg(long, default_value_t = 1.0, value_parser = parse_share, value_name = "SHARE")]
+    #[arg(long, default_value_t = access_log::Settings::DEFAULT.sample, value_parser = parse_share, value_name = "SHARE")]
     pub access_log_sample: f64,
 
     /// HTTP status classes written to the access log, comma-separated (`4xx,5xx`:
     /// only errors). L4 connections are always written.
-    #[arg(long, default_value = "1xx,2xx,3xx,4xx,5xx", value_parser = aether_proxy::access_log::StatusClasses::parse, value_name = "CLASSES")]
-    pub access_log_status: aether_proxy::access_log::StatusClasses,
+    #[arg(long, default_value_t = access_log::Settings::DEFAULT.statuses, value_parser = access_log::StatusClasses::parse, value_name = "CLASSES")]
+    pub access_log_status: access_log::StatusClasses,
 
     /// Largest request body a client may announce (Content-Length); more gets 413
     /// before anything reaches a backend. 0: no limit.
@@ -206,72 +211,53 @@ pub struct MeshArgs {
     pub mesh_bundle: Option<PathBuf>,
 
     /// The port of every pod's inbound mesh listener.
-    #[arg(long, default_value_t = 15008, value_name = "PORT")]
+    #[arg(long, default_value_t = MeshConfig::DEFAULT_PORT, value_name = "PORT")]
     pub mesh_port: u16,
 
     /// Streams per upstream connection at most (the peer's limit applies if lower);
     /// a full connection makes the pool open another.
-    #[arg(long, default_value_t = 100, value_name = "N")]
-    pub mesh_max_streams: usize,
+    #[arg(long, default_value_t = MeshConfig::DEFAULT_MAX_STREAMS, value_name = "N")]
+    pub mesh_max_streams: NonZeroUsize,
 }
 
 /// Client limits; each breach gets a clean answer (408/431) or a refused connection.
 #[derive(Debug, Clone, Args)]
 pub struct LimitArgs {
     /// Time to send a request's headers; also the idle timeout of keep-alive HTTP/1.1.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value_t = Limits::DEFAULT.header_read_timeout.into(), value_name = "DURATION")]
     pub header_read_timeout: Duration,
 
     /// Largest request head in bytes (431 beyond; at least 8192).
-    #[arg(long, default_value_t = 64 * 1024, value_name = "BYTES")]
+    #[arg(long, default_value_t = Limits::DEFAULT.max_header_bytes, value_name = "BYTES")]
     pub max_header_bytes: usize,
 
     /// Most request headers (431 beyond).
-    #[arg(long, default_value_t = 100, value_name = "N")]
+    #[arg(long, default_value_t = Limits::DEFAULT.max_headers, value_name = "N")]
     pub max_headers: usize,
 
     /// Concurrent streams per HTTP/2 connection.
-    #[arg(long, default_value_t = 100, value_name = "N")]
+    #[arg(long, default_value_t = Limits::DEFAULT.max_concurrent_streams, value_name = "N")]
     pub max_concurrent_streams: u32,
 
     /// Connections per listener socket; more are refused at accept.
-    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    #[arg(long, default_value_t = Limits::DEFAULT.max_connections_per_listener, value_name = "N")]
     pub max_connections_per_listener: usize,
 
     /// Connections across all listeners.
-    #[arg(long, default_value_t = 50_000, value_name = "N")]
+    #[arg(long, default_value_t = Limits::DEFAULT.max_connections, value_name = "N")]
     pub max_connections: usize,
 
     /// A UDP flow (one client address) ends after this long without a datagram.
-    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+    #[arg(long, default_value_t = UdpSettings::DEFAULT.idle_timeout.into(), value_name = "DURATION")]
     pub udp_idle_timeout: Duration,
 
     /// UDP flows per UDP listener; datagrams that would open more are dropped.
-    #[arg(long, default_value_t = 10_000, value_name = "N")]
+    #[arg(long, default_value_t = UdpSettings::DEFAULT.max_flows, value_name = "N")]
     pub udp_max_flows: usize,
 
     /// UDP flows per client IP address on one listener.
-    #[arg(long, default_value_t = 256, value_name = "N")]
+    #[arg(long, default_value_t = UdpSettings::DEFAULT.max_flows_per_source, value_name = "N")]
     pub udp_max_flows_per_source: usize,
-}
-
-impl LimitArgs {
-    pub fn limits(&self) -> aether_proxy::Limits {
-        aether_proxy::Limits {
-            header_read_timeout: self.header_read_timeout,
-            max_header_bytes: self.max_header_bytes,
-            max_headers: self.max_headers,
-            max_concurrent_streams: self.max_concurrent_streams,
-            max_connections_per_listener: self.max_connections_per_listener,
-            max_connections: self.max_connections,
-            udp: aether_proxy::l4::udp::UdpSettings {
-                idle_timeout: self.udp_idle_timeout,
-                max_flows: self.udp_max_flows,
-                max_flows_per_source: self.udp_max_flows_per_source,
-            },
-            ..aether_proxy::Limits::default()
-        }
-    }
 }
 
 #[derive(Debug, Clone, Args)]

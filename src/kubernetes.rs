@@ -18,52 +18,44 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 
 use crate::app::SETTLE;
-use crate::cli::RunArgs;
+use crate::config::KubernetesConfig;
 use crate::publish::Publisher;
 
 /// Serves the cluster's Gateways until SIGTERM/SIGINT.
 pub async fn run(
-    args: &RunArgs,
+    config: &KubernetesConfig,
     settings: Settings,
     publisher: &mut Publisher,
 ) -> anyhow::Result<()> {
     let client = aether_controller::kube::client().await?;
-    if args.serve_gateway.is_some() && !args.per_gateway_addressing {
-        anyhow::bail!("--serve-gateway needs per-Gateway addressing");
-    }
     // A dedicated Gateway's own pod serves and writes nothing else, so it provisions
     // nothing either, even though it runs with the shared edge's flags.
-    let dedicated = match (&args.dedicated_pod_template, &args.serve_gateway) {
-        (Some(_), None) if !args.per_gateway_addressing => {
-            tracing::warn!("--dedicated-pod-template is ignored without per-Gateway addressing");
-            None
-        }
+    let dedicated = match (&config.dedicated_pod_template, &config.serve_gateway) {
         (Some(path), None) => Some(DedicatedSettings {
-            namespace: args.edge_service.namespace.to_string(),
+            namespace: config.edge_service.namespace.to_string(),
             template: load_template(path).await?,
         }),
         _ => None,
     };
     let extra = Extra {
-        pods: args.mesh.mesh,
+        pods: config.watch_pods,
         deployments: dedicated.as_ref().map(|d| d.namespace.clone()),
     };
     let service = ServiceSettings {
-        edge_service: args.edge_service.clone(),
+        edge_service: config.edge_service.clone(),
         dedicated,
-        serve_only: args.serve_gateway.clone(),
+        serve_only: config.serve_gateway.clone(),
     };
-    let addressing = if args.per_gateway_addressing {
-        Addressing::InternalPorts {
-            range: args.internal_port_range,
+    let addressing = match config.internal_ports {
+        Some(range) => Addressing::InternalPorts {
+            range,
             service,
-            bind: args.listen_address,
-        }
-    } else {
-        Addressing::SharedService {
+            bind: config.listen_address,
+        },
+        None => Addressing::SharedService {
             service,
-            bind: args.listen_address,
-        }
+            bind: config.listen_address,
+        },
     };
     let shared = Arc::new(Shared::default());
     aether_controller::kube::watch::spawn(&client, &shared, &extra);
@@ -73,7 +65,7 @@ pub async fn run(
     // initial (empty) values are never acted on. A dedicated Gateway's pod has none
     // and doesn't contend for the Lease (nor read the Gateway CRD, which only the
     // status writer needs).
-    let mut effects = if args.serve_gateway.is_some() {
+    let mut effects = if config.serve_gateway.is_some() {
         None
     } else {
         let writer = StatusWriter::new(
@@ -86,10 +78,10 @@ pub async fn run(
         let held = lease::spawn(
             client,
             LeaseConfig {
-                namespace: args.edge_service.namespace.to_string(),
-                name: args.writer_lease.clone(),
+                namespace: config.edge_service.namespace.to_string(),
+                name: config.writer_lease.clone(),
                 identity: identity(),
-                duration: args.lease_duration,
+                duration: config.lease_duration,
             },
         );
         Some((writer, status_rx, applier, service_rx, held))

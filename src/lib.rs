@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod app;
 pub mod cli;
+pub mod config;
 pub mod echo;
 pub mod echo_retry;
 pub mod files;

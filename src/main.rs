@@ -3,20 +3,13 @@ use std::process::ExitCode;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-use aether_edge::cli::{AccessLogFormat, Cli, Command, LogFormat};
+use aether_edge::cli::{Cli, Command, LogFormat};
 use aether_proxy::Workers;
 
 fn main() -> ExitCode {
-    let mut cli = Cli::parse();
+    let cli = Cli::parse();
     init_logs(cli.log_format);
-    // One flag makes every line JSON (or text) unless the access log says otherwise.
-    if let Command::Run(args) = &mut cli.command {
-        args.access_log.get_or_insert(match cli.log_format {
-            LogFormat::Text => AccessLogFormat::Text,
-            LogFormat::Json => AccessLogFormat::Json,
-        });
-    }
-    match run(cli.command) {
+    match run(cli.command, cli.log_format) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // Through the log, so a JSON log stays JSON to its last line.
@@ -26,10 +19,11 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(command: Command) -> anyhow::Result<()> {
+fn run(command: Command, log_format: LogFormat) -> anyhow::Result<()> {
     match command {
         Command::Run(args) => {
-            let count = args.workers.unwrap_or_else(Workers::default_count);
+            let config = args.into_config(log_format, |name| std::env::var(name).ok())?;
+            let count = config.process.workers;
             let workers = Workers::spawn(count)?;
             tracing::info!(workers = count.get(), "data-plane workers started");
             // The control plane's own runtime: one thread (plus this one, which drives
@@ -40,7 +34,7 @@ fn run(command: Command) -> anyhow::Result<()> {
                 .thread_name("aether-control")
                 .enable_all()
                 .build()?;
-            let result = control.block_on(aether_edge::app::run(*args, workers.handles()));
+            let result = control.block_on(aether_edge::app::run(config, workers.handles()));
             // The listeners have drained; stop the control plane's tasks, then the
             // workers (joining their threads, outside any runtime).
             drop(control);

@@ -4,51 +4,40 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use aether_proxy::config::{IdentitySource, MeshConfig};
 use aether_proxy::mesh::{Identity, Material, MeshSettings, PoolSettings, workload};
 use aether_proxy::telemetry;
 use anyhow::Context;
 
 use crate::app::SETTLE;
-use crate::cli::MeshArgs;
 use crate::files;
 
-/// The standard variable a SPIRE agent's workloads read the socket from.
-const SPIFFE_ENDPOINT_SOCKET: &str = "SPIFFE_ENDPOINT_SOCKET";
-
-/// Mesh settings from the flags, with the identity source started; `None` when mesh
-/// mode is off.
-pub fn settings(args: &MeshArgs) -> anyhow::Result<Option<MeshSettings>> {
-    if !args.mesh {
-        return Ok(None);
-    }
+/// Starts fetching the edge's SVID from where `config` says, and gives the mesh
+/// settings the upstream pools read it from.
+pub fn start(config: &MeshConfig) -> anyhow::Result<MeshSettings> {
     let identity = Identity::new();
     identity.spawn_expiry_gauge();
-    match (&args.mesh_svid_cert, &args.mesh_svid_key, &args.mesh_bundle) {
-        (Some(cert), Some(key), Some(bundle)) => {
+    match &config.identity {
+        IdentitySource::Files { cert, key, bundle } => {
             spawn_files(
                 [cert.clone(), key.clone(), bundle.clone()],
                 Arc::clone(&identity),
             )?;
         }
-        _ => {
-            let socket = args
-                .spiffe_socket
-                .clone()
-                .or_else(|| std::env::var(SPIFFE_ENDPOINT_SOCKET).ok())
-                .context("mesh mode needs an identity: --spiffe-socket, SPIFFE_ENDPOINT_SOCKET, or --mesh-svid-cert/--mesh-svid-key/--mesh-bundle")?;
-            let endpoint = workload::endpoint_uri(&socket);
+        IdentitySource::WorkloadApi(socket) => {
+            let endpoint = workload::endpoint_uri(socket);
             tracing::info!(%endpoint, "mesh identity from the SPIFFE Workload API");
             workload::spawn(endpoint, Arc::clone(&identity));
         }
     }
-    Ok(Some(MeshSettings {
-        port: args.mesh_port,
+    Ok(MeshSettings {
+        port: config.port,
         identity,
         pool: PoolSettings {
-            max_streams: args.mesh_max_streams.max(1),
+            max_streams: config.max_streams.get(),
             ..PoolSettings::default()
         },
-    }))
+    })
 }
 
 /// Loads the PEM files now and on every change. A broken or half-written set keeps

@@ -9,6 +9,7 @@ pub mod access_log;
 pub mod backend;
 pub mod backend_tls;
 pub mod client_auth;
+pub mod config;
 mod connection;
 pub mod cors;
 pub mod filters;
@@ -30,6 +31,7 @@ pub mod tls;
 pub mod upstream;
 pub mod workers;
 
+pub use config::ProxyConfig;
 pub use limits::Limits;
 pub use listener::{BindFailure, ListenerManager};
 pub use snapshot::{Listener, Protocol, Snapshot};

@@ -12,7 +12,7 @@ use hyper_util::server::conn::auto;
 use serde::Serialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Limits {
     /// Time a client has to send a request's headers, counted from the connection's
     /// start or the previous response; also closes idle keep-alive HTTP/1.1 connections.
@@ -36,19 +36,23 @@ pub struct Limits {
     pub udp: crate::l4::udp::UdpSettings,
 }
 
+impl Limits {
+    pub const DEFAULT: Self = Self {
+        header_read_timeout: Duration::from_secs(10),
+        max_header_bytes: 64 * 1024,
+        max_headers: 100,
+        max_concurrent_streams: 100,
+        max_pending_accept_reset_streams: 20,
+        http2_keepalive: Duration::from_secs(30),
+        max_connections_per_listener: 10_000,
+        max_connections: 50_000,
+        udp: crate::l4::udp::UdpSettings::DEFAULT,
+    };
+}
+
 impl Default for Limits {
     fn default() -> Self {
-        Self {
-            header_read_timeout: Duration::from_secs(10),
-            max_header_bytes: 64 * 1024,
-            max_headers: 100,
-            max_concurrent_streams: 100,
-            max_pending_accept_reset_streams: 20,
-            http2_keepalive: Duration::from_secs(30),
-            max_connections_per_listener: 10_000,
-            max_connections: 50_000,
-            udp: crate::l4::udp::UdpSettings::default(),
-        }
+        Self::DEFAULT
     }
 }
 

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::client_auth::ClientAuth;
+use crate::config::ProxyConfig;
 use crate::connection::Connections;
 use crate::limits::{ConnectionSlots, Limits, Refusal};
 use crate::resumption::Resumption;
@@ -84,13 +85,10 @@ const BACKLOG: i32 = 1024;
 impl ListenerManager {
     /// `workers` are the data-plane runtimes ([`crate::workers`]): every TCP listener
     /// gets a socket on each, and each gets its own upstream pools. Empty: the runtime
-    /// this is called on is the only worker (it must be called on one then).
-    pub fn new(
-        state: Arc<ProxyState>,
-        workers: &[Handle],
-        drain_timeout: Duration,
-        limits: Limits,
-    ) -> Self {
+    /// this is called on is the only worker (it must be called on one then). Takes the
+    /// limits and the drain timeout of `config`.
+    pub fn new(state: Arc<ProxyState>, workers: &[Handle], config: &ProxyConfig) -> Self {
+        let limits = config.limits.clone();
         let runtimes = if workers.is_empty() {
             vec![Handle::current()]
         } else {
@@ -109,7 +107,7 @@ impl ListenerManager {
             .collect();
         Self {
             state,
-            drain_timeout,
+            drain_timeout: config.drain_timeout,
             total_slots: Arc::new(Semaphore::new(limits.max_connections)),
             limits: Arc::new(limits),
             workers,

@@ -8,16 +8,23 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use crate::config::MemoryBudget;
 use crate::state::ProxyState;
 
 /// How often resident memory is sampled.
 const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 
-/// The budget to use when none is given: 90% of the cgroup's memory limit, if the
-/// process runs under one (a container usually does).
-pub async fn default_budget() -> Option<u64> {
-    let max = memory_limit(Path::new("/sys/fs/cgroup")).await?;
-    Some(max / 10 * 9)
+/// The budget in bytes, if there is one. By default it is 90% of the cgroup's memory
+/// limit, if the process runs under one (a container usually does).
+pub async fn budget(config: MemoryBudget) -> Option<u64> {
+    match config {
+        MemoryBudget::Off => None,
+        MemoryBudget::Bytes(bytes) => Some(bytes),
+        MemoryBudget::FromCgroup => {
+            let max = memory_limit(Path::new("/sys/fs/cgroup")).await?;
+            Some(max / 10 * 9)
+        }
+    }
 }
 
 /// The memory limit of the cgroup mounted at `root`: cgroup v2's `memory.max`, else

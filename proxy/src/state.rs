@@ -4,12 +4,13 @@
 //! ([`crate::workers`]); only mesh mode's client, which holds the SVID, is shared.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
 
 use crate::access_log::AccessLog;
-use crate::mesh::MeshClient;
+use crate::config::ProxyConfig;
+use crate::mesh::{MeshClient, MeshSettings};
 use crate::snapshot::Snapshot;
 use crate::upstream::{UpstreamSettings, Upstreams};
 
@@ -26,29 +27,30 @@ pub struct ProxyState {
     /// Proxies in front of the edge whose `x-forwarded-for` entries are trusted.
     pub trusted_hops: usize,
     /// Largest request body a client may announce with Content-Length; more is 413
-    /// before anything reaches a backend. 0: no limit.
-    pub max_request_body: AtomicU64,
+    /// before anything reaches a backend.
+    pub max_request_body: Option<u64>,
     /// Where requests and L4 connections are logged; `None`: access logs are off.
     pub access_log: Option<&'static AccessLog>,
 }
 
 impl ProxyState {
+    /// `mesh`: mesh mode's identity, already being fetched, when `config.mesh` is
+    /// set; `access_log`: the started writer, when `config.access_log` is set.
     pub fn new(
-        settings: &UpstreamSettings,
-        trusted_hops: usize,
+        config: &ProxyConfig,
+        mesh: Option<MeshSettings>,
         access_log: Option<&'static AccessLog>,
     ) -> Arc<Self> {
         Arc::new(Self {
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
             draining: AtomicBool::new(false),
             shedding: AtomicBool::new(false),
-            upstream_settings: settings.clone(),
-            mesh: settings
-                .mesh
+            upstream_settings: config.upstream.clone(),
+            mesh: mesh
                 .as_ref()
-                .map(|m| Arc::new(MeshClient::new(m, settings.connect_timeout))),
-            trusted_hops,
-            max_request_body: AtomicU64::new(0),
+                .map(|m| Arc::new(MeshClient::new(m, config.upstream.connect_timeout))),
+            trusted_hops: config.trusted_hops,
+            max_request_body: config.max_request_body,
             access_log,
         })
     }

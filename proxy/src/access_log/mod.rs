@@ -61,14 +61,35 @@ impl StatusClasses {
     }
 }
 
+/// The form [`StatusClasses::parse`] reads: `1xx,2xx`.
+impl std::fmt::Display for StatusClasses {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut first = true;
+        for class in (1..=5u8).filter(|c| self.0 & (1 << c) != 0) {
+            let sep = if first { "" } else { "," };
+            write!(f, "{sep}{class}xx")?;
+            first = false;
+        }
+        Ok(())
+    }
+}
+
 /// What is logged and how.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Settings {
     pub format: Format,
     /// Share of HTTP requests and L4 connections logged, 0.0 to 1.0.
     pub sample: f64,
     /// HTTP answers whose status is in these classes are logged; L4 lines always are.
     pub statuses: StatusClasses,
+}
+
+impl Settings {
+    pub const DEFAULT: Self = Self {
+        format: Format::Text,
+        sample: 1.0,
+        statuses: StatusClasses::ALL,
+    };
 }
 
 /// Lines waiting for the writer. A burst larger than this while stdout is slow loses

@@ -124,6 +124,10 @@ fn status_classes_parse_and_match() {
     assert!(StatusClasses::parse("6xx").is_err());
     assert!(StatusClasses::parse("").is_err());
     assert!(StatusClasses::ALL.contains(101) && StatusClasses::ALL.contains(599));
+    // The CLI shows the default in the form it parses.
+    assert_eq!(c.to_string(), "4xx,5xx");
+    assert_eq!(StatusClasses::ALL.to_string(), "1xx,2xx,3xx,4xx,5xx");
+    assert_eq!(StatusClasses::parse(&c.to_string()).unwrap(), c);
 }
 
 #[test]

@@ -135,8 +135,9 @@ async fn answer(
             Some("invalid_request"),
         );
     }
-    let limit = state.max_request_body.load(Ordering::Relaxed);
-    if limit > 0 && announced_body(&req).is_some_and(|n| n > limit) {
+    if let Some(limit) = state.max_request_body
+        && announced_body(&req).is_some_and(|n| n > limit)
+    {
         metrics::counter!(crate::telemetry::REQUESTS_REFUSED_TOTAL, "reason" => "body_too_large")
             .increment(1);
         let status = StatusCode::PAYLOAD_TOO_LARGE;

@@ -34,20 +34,24 @@ use crate::telemetry;
 const MAX_DATAGRAM: usize = 65_535;
 
 /// Flow limits of every UDP listener.
-#[derive(Debug, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct UdpSettings {
     pub idle_timeout: Duration,
     pub max_flows: usize,
     pub max_flows_per_source: usize,
 }
 
+impl UdpSettings {
+    pub const DEFAULT: Self = Self {
+        idle_timeout: Duration::from_secs(60),
+        max_flows: 10_000,
+        max_flows_per_source: 256,
+    };
+}
+
 impl Default for UdpSettings {
     fn default() -> Self {
-        Self {
-            idle_timeout: Duration::from_secs(60),
-            max_flows: 10_000,
-            max_flows_per_source: 256,
-        }
+        Self::DEFAULT
     }
 }
 

@@ -52,7 +52,7 @@ pub struct PoolSettings {
 impl Default for PoolSettings {
     fn default() -> Self {
         Self {
-            max_streams: 100,
+            max_streams: crate::config::MeshConfig::DEFAULT_MAX_STREAMS.get(),
             keepalive_interval: Duration::from_secs(30),
             keepalive_timeout: Duration::from_secs(10),
             settings_wait: Duration::from_secs(1),

@@ -22,26 +22,27 @@ pub(crate) use h2pool::H2Pool;
 
 use crate::backend::{Backend, Endpoint, UpstreamProtocol};
 use crate::http::Body;
-use crate::mesh::{MeshClient, MeshSettings};
+use crate::mesh::MeshClient;
 
-/// Upstream connection settings.
-#[derive(Debug, Clone)]
+/// Upstream connection settings (mesh mode's connections: [`crate::mesh`]).
+#[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamSettings {
     pub connect_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_idle_per_endpoint: usize,
-    /// Mesh mode, when set.
-    pub mesh: Option<MeshSettings>,
+}
+
+impl UpstreamSettings {
+    pub const DEFAULT: Self = Self {
+        connect_timeout: Duration::from_secs(5),
+        idle_timeout: Duration::from_secs(60),
+        max_idle_per_endpoint: 256,
+    };
 }
 
 impl Default for UpstreamSettings {
     fn default() -> Self {
-        Self {
-            connect_timeout: Duration::from_secs(5),
-            idle_timeout: Duration::from_secs(60),
-            max_idle_per_endpoint: 256,
-            mesh: None,
-        }
+        Self::DEFAULT
     }
 }
 
