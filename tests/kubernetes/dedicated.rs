@@ -227,7 +227,16 @@ async fn a_dedicated_gateway_is_served_by_its_own_deployment() -> Result<(), Box
         .get_opt("aether-two-own")
         .await?;
     assert!(svc.is_none(), "the pods Service is deleted too");
-    let gw = gateways.get("own").await?;
-    assert_eq!(dedicated_condition(&gw), None);
+    // The status writer and the Service applier run apart: the condition goes in its
+    // own write, not necessarily before the deletions.
+    eventually_some(
+        "own's Dedicated condition is removed",
+        Wait::API,
+        || async {
+            let gw = gateways.get("own").await.ok()?;
+            dedicated_condition(&gw).is_none().then_some(())
+        },
+    )
+    .await?;
     cluster.pass()
 }

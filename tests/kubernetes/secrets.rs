@@ -3,17 +3,15 @@
 //! server's own), and a good one. The bad two say why in their conditions; the good one
 //! keeps serving HTTPS to a real TLS client; the edge stays up.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
+use aether_test_support::tls::{TestCa, tls_connect};
+use aether_test_support::{H1Conn, Resp};
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
 use k8s_openapi::api::core::v1::Secret;
 use kube::{Api, Client};
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-use rustls::pki_types::ServerName;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cluster::{BoxError, Cluster};
 use crate::{
@@ -38,29 +36,16 @@ fn resolved_refs(gw: &Gateway, name: &str) -> Option<(String, String, String)> {
 }
 
 /// One HTTPS request to `addr` with SNI `HOST`, trusting only `ca`.
-async fn https_get(
-    addr: SocketAddr,
-    ca: &rustls::pki_types::CertificateDer<'static>,
-) -> Result<String, BoxError> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.clone())?;
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(addr).await?;
-    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from(HOST)?, tcp)
-        .await?;
-    tls.write_all(
-        format!("GET /hello HTTP/1.1\r\nHost: {HOST}\r\nConnection: close\r\n\r\n").as_bytes(),
+async fn https_get(addr: SocketAddr, ca: &TestCa) -> Result<Resp, BoxError> {
+    let (tls, _) = tls_connect(
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+        addr,
+        HOST,
+        ca,
+        &[b"http/1.1"],
     )
     .await?;
-    let mut out = String::new();
-    tls.read_to_string(&mut out).await?;
-    Ok(out)
+    H1Conn::over(tls).await?.get(HOST, "/hello").await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,14 +57,9 @@ async fn malformed_and_oversized_secrets_are_conditions_and_the_good_listener_se
     let client = cluster.client().await?;
     class_and_namespaces(&client, &[NS]).await;
 
-    let ca_key = KeyPair::generate()?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca_params.self_signed(&ca_key)?;
-    let issuer = Issuer::new(ca_params, ca_key);
-    let key = KeyPair::generate()?;
-    let leaf = CertificateParams::new(vec![HOST.to_owned()])?.signed_by(&key, &issuer)?;
-    let (crt, key) = (leaf.pem(), key.serialize_pem());
+    let ca = TestCa::new("secrets-ca")?;
+    let leaf = ca.leaf(&[HOST])?;
+    let (crt, key) = (leaf.cert_pem, leaf.key_pem);
     tls_secret(&client, "good", &crt, &key).await;
     tls_secret(
         &client,
@@ -156,20 +136,15 @@ async fn malformed_and_oversized_secrets_are_conditions_and_the_good_listener_se
         .find(|(port, _)| *port == 443)
         .map(|(_, target)| u16::try_from(*target))
         .ok_or("no Service port 443")??;
-    let ca_der = rustls::pki_types::CertificateDer::from(ca.der().to_vec());
     let addr = SocketAddr::new(listen.parse()?, internal);
     let answer = eventually_some("HTTPS through the good listener", Wait::API, || async {
-        https_get(addr, &ca_der)
-            .await
-            .ok()
-            .filter(|r| r.starts_with("HTTP/1.1 302"))
+        https_get(addr, &ca).await.ok().filter(|r| r.status == 302)
     })
     .await?;
-    assert!(
-        answer
-            .to_ascii_lowercase()
-            .contains("location: https://moved.example.com/hello"),
-        "{answer}"
+    assert_eq!(
+        answer.header("location"),
+        Some("https://moved.example.com/hello"),
+        "{answer:?}"
     );
     assert!(edge.try_exit()?.is_none(), "the edge exited");
     cluster.pass()

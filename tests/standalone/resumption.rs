@@ -7,8 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::HandshakeKind;
-use rustls::pki_types::ServerName;
-use tokio_rustls::TlsConnector;
 
 use crate::common::*;
 
@@ -49,16 +47,7 @@ fn manifests(net: Net, server: &Leaf, client_ca: Option<&TestCa>) -> String {
 
 /// One client: its session cache lives in `config`, shared by its connections.
 fn client(server_ca: &TestCa) -> Result<Arc<rustls::ClientConfig>, BoxError> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(server_ca.cert_der.clone())?;
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    client_config(&server_ca.cert_der, &[b"http/1.1"], None)
 }
 
 /// A GET on a new connection: how the handshake went, and the status. Reading the
@@ -67,12 +56,7 @@ async fn get(
     net: Net,
     config: &Arc<rustls::ClientConfig>,
 ) -> Result<(Option<HandshakeKind>, u16), BoxError> {
-    let tcp = connect_from(net.client_ip(), net.addr(5, HTTPS)).await?;
-    let tls = tokio::time::timeout(
-        REQUEST_TIMEOUT,
-        TlsConnector::from(Arc::clone(config)).connect(ServerName::try_from(HOST)?, tcp),
-    )
-    .await??;
+    let tls = tls_connect_with(net.client_ip(), net.addr(5, HTTPS), HOST, config).await?;
     let kind = tls.get_ref().1.handshake_kind();
     let mut c = H1Conn::over(tls).await?;
     let status = c.get(HOST, "/").await?.status.as_u16();

@@ -1,6 +1,6 @@
 //! The table-driven Gateway API conformance cases of `tests/cases/` (format:
 //! `tests/cases/README.md`). Every case runs against the real binary on its own loopback
-//! network 127.78.(index+1).0/24, a few at a time; every mismatch of every case is
+//! network (`Net::allocate`, like every other test), a few at a time; every mismatch of every case is
 //! collected and the test fails once, at the end, listing them all.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,8 +20,6 @@ use format::*;
 use run::*;
 use status::*;
 
-/// Second octet of every case network: 127.78.k.0/24.
-const CASE_NET: u8 = 78;
 /// Cases running at once.
 const PARALLEL_CASES: usize = 4;
 /// The GatewayClass every case Gateway names (the runner writes it).
@@ -101,7 +99,7 @@ async fn conformance_cases() -> TestResult {
         .filter(|v| !v.trim().is_empty());
     let sem = Arc::new(tokio::sync::Semaphore::new(PARALLEL_CASES));
     let mut set = tokio::task::JoinSet::new();
-    for (i, lc) in cases.into_iter().enumerate() {
+    for lc in cases {
         if let Some(only) = &only
             && !only.split(',').any(|o| o == lc.name)
         {
@@ -112,7 +110,7 @@ async fn conformance_cases() -> TestResult {
         set.spawn(async move {
             let _permit = sem.acquire_owned().await;
             let name = lc.name.clone();
-            (name, run_case(i, lc).await)
+            (name, run_case(lc).await)
         });
     }
     let mut failed: BTreeMap<String, Vec<String>> = BTreeMap::new();

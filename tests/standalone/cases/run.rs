@@ -79,20 +79,18 @@ pub(super) fn generated_manifests(
 }
 
 /// Runs one case; returns its mismatches (empty: passed).
-pub(super) async fn run_case(index: usize, lc: Arc<LoadedCase>) -> Vec<String> {
+pub(super) async fn run_case(lc: Arc<LoadedCase>) -> Vec<String> {
     let started = Instant::now();
-    let k = match u8::try_from(index + 1) {
-        Ok(k) if k < 255 => k,
-        _ => return vec!["too many cases for 127.78.k.0/24 networks".to_owned()],
-    };
-    let net = Net { b: CASE_NET, k };
+    let net = Net::allocate();
     let mut failures = Vec::new();
     if let Err(e) = run_case_inner(net, &lc, &mut failures).await {
         failures.push(format!("setup: {e}"));
     }
     eprintln!(
-        "case {} on 127.78.{k}.0/24: {} after {:?}",
+        "case {} on 127.{}.{}.0/24: {} after {:?}",
         lc.name,
+        net.b,
+        net.k,
         if failures.is_empty() {
             "passed".to_owned()
         } else {

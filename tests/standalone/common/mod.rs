@@ -243,11 +243,10 @@ mod envoy;
 mod l4;
 mod manifests;
 mod mesh;
-mod tls;
 mod tls_backend;
 
+pub use aether_test_support::tls::*;
 pub use l4::*;
 pub use manifests::*;
 pub use mesh::*;
-pub use tls::*;
 pub use tls_backend::*;

@@ -1,7 +1,7 @@
 //! What aether-edge's test suites share (`tests/standalone`, `tests/kubernetes`): one
 //! error type, processes that die with the test and show their logs when it fails, one
 //! `eventually`, loopback networks and ports handed out once per test binary, HTTP/1.1
-//! and h2c clients, the admin server's answers, install scripts of test tools, and
+//! and h2c clients, test certificates and TLS clients, the admin server's answers, install scripts of test tools, and
 //! builders for the manifests tests write most.
 //!
 //! Everything here runs real processes and real sockets on 127.0.0.0/8; nothing is
@@ -14,6 +14,7 @@ pub mod client;
 pub mod manifest;
 pub mod net;
 pub mod process;
+pub mod tls;
 pub mod tools;
 pub mod wait;
 

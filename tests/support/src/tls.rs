@@ -1,4 +1,4 @@
-//! Test PKI (rcgen) and a TLS client (tokio-rustls) that reports what the server sent.
+//! Test PKI (rcgen), and TLS clients (tokio-rustls) that report what the server sent.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -10,7 +10,8 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use super::*;
+use crate::manifest::{self, Manifest};
+use crate::{BoxError, REQUEST_TIMEOUT, connect_from, err};
 
 /// A throwaway certificate authority.
 pub struct TestCa {
@@ -122,29 +123,8 @@ pub async fn tls_connect_as(
     alpn: &[&[u8]],
     client: Option<&Leaf>,
 ) -> Result<(TlsStream<TcpStream>, CertificateDer<'static>), BoxError> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(ca.cert_der.clone())?;
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots);
-    let mut config = match client {
-        None => builder.with_no_client_auth(),
-        Some(leaf) => {
-            use rustls::pki_types::pem::PemObject;
-            let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes())?;
-            builder.with_client_auth_cert(vec![leaf.cert_der.clone()], key)?
-        }
-    };
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    let tcp = connect_from(src, dst).await?;
-    let name = ServerName::try_from(sni.to_owned())?;
-    let tls = tokio::time::timeout(
-        REQUEST_TIMEOUT,
-        TlsConnector::from(Arc::new(config)).connect(name, tcp),
-    )
-    .await??;
+    let config = client_config(&ca.cert_der, alpn, client)?;
+    let tls = tls_connect_with(src, dst, sni, &config).await?;
     let presented = tls
         .get_ref()
         .1
@@ -153,4 +133,46 @@ pub async fn tls_connect_as(
         .cloned()
         .ok_or_else(|| err("the server presented no certificate"))?;
     Ok((tls, presented))
+}
+
+/// A client trusting only `ca`, offering `alpn`, presenting `client` when given. Its
+/// session cache lives in the config: connections made with one config resume.
+pub fn client_config(
+    ca: &CertificateDer<'static>,
+    alpn: &[&[u8]],
+    client: Option<&Leaf>,
+) -> Result<Arc<rustls::ClientConfig>, BoxError> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(ca.clone())?;
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_root_certificates(roots);
+    let mut config = match client {
+        None => builder.with_no_client_auth(),
+        Some(leaf) => {
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes())?;
+            builder.with_client_auth_cert(vec![leaf.cert_der.clone()], key)?
+        }
+    };
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    Ok(Arc::new(config))
+}
+
+/// A TLS session from `src` to `dst` asking for `sni`, with `config`; bounded in time.
+pub async fn tls_connect_with(
+    src: IpAddr,
+    dst: SocketAddr,
+    sni: &str,
+    config: &Arc<rustls::ClientConfig>,
+) -> Result<TlsStream<TcpStream>, BoxError> {
+    let tcp = connect_from(src, dst).await?;
+    let name = ServerName::try_from(sni.to_owned())?;
+    let tls = tokio::time::timeout(
+        REQUEST_TIMEOUT,
+        TlsConnector::from(Arc::clone(config)).connect(name, tcp),
+    )
+    .await??;
+    Ok(tls)
 }
