@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use aether_proxy::ProxyConfig;
 use aether_proxy::config::MeshConfig;
 use aether_proxy::l4::udp::UdpSettings;
+use aether_proxy::upstream::UpstreamSettings;
 use aether_proxy::{Limits, access_log};
 use clap::{Args, Parser, Subcommand};
 use humantime::Duration;
@@ -177,6 +178,12 @@ pub struct RunArgs {
     /// connections are refused. Default: 90% of the cgroup memory limit, if any; 0 off.
     #[arg(long, value_name = "BYTES")]
     pub memory_budget: Option<u64>,
+
+    /// Time to open a connection to a backend endpoint (TCP, and TLS or the mesh's
+    /// mTLS where used); beyond it the attempt is a connect failure (503, or another
+    /// endpoint: docs/http.md, retries).
+    #[arg(long, default_value_t = UpstreamSettings::DEFAULT.connect_timeout.into(), value_name = "DURATION")]
+    pub upstream_connect_timeout: Duration,
 
     #[command(flatten)]
     pub limits: LimitArgs,

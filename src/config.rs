@@ -15,6 +15,7 @@ use aether_controller::reconcile::ports::PortRange;
 use aether_proxy::ProxyConfig;
 use aether_proxy::config::{IdentitySource, MemoryBudget, MeshConfig};
 use aether_proxy::l4::udp::UdpSettings;
+use aether_proxy::upstream::UpstreamSettings;
 use aether_proxy::{Limits, access_log};
 
 use crate::cli::{AccessLogFormat, LimitArgs, LogFormat, MeshArgs, RunArgs};
@@ -104,6 +105,10 @@ impl RunArgs {
         };
         let proxy = ProxyConfig {
             limits: self.limits.into_limits(),
+            upstream: UpstreamSettings {
+                connect_timeout: self.upstream_connect_timeout.into(),
+                ..UpstreamSettings::DEFAULT
+            },
             mesh: self.mesh.into_mesh(&env)?,
             trusted_hops: self.xff_trusted_hops,
             max_request_body: Some(self.max_request_body_bytes).filter(|&b| b > 0),
@@ -118,7 +123,6 @@ impl RunArgs {
                 Some(0) => MemoryBudget::Off,
                 Some(bytes) => MemoryBudget::Bytes(bytes),
             },
-            ..ProxyConfig::DEFAULT
         };
         let source = if self.kubernetes {
             if self.serve_gateway.is_some() && !self.per_gateway_addressing {

@@ -48,4 +48,5 @@ mod tls_mixed;
 mod tls_passthrough;
 mod tls_terminate;
 mod upgrade;
+mod upstream_connect;
 mod workers;
