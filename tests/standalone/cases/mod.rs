@@ -42,6 +42,8 @@ pub const KNOWN_FEATURES: &[&str] = &[
     "GatewayHTTPListenerIsolation",
     "GatewayInfrastructurePropagation",
     "GatewayAddressEmpty",
+    "GatewayFrontendClientCertificateValidation",
+    "GatewayFrontendClientCertificateValidationInsecureFallback",
     "ReferenceGrant",
     "HTTPRoute",
     "HTTPRouteDestinationPortMatching",

@@ -179,16 +179,6 @@ pub(super) async fn run_case_inner(
             },
         )
         .await?;
-        let info = gateways
-            .get(g)
-            .ok_or_else(|| err(format!("no Gateway {g} in the case's manifests")))?;
-        for (_, port) in &info.listeners {
-            let addr = SocketAddr::new(ip, *port);
-            // Listeners that fail to program are a status matter; don't stop here.
-            if let Err(e) = env.wait_listener(addr).await {
-                failures.push(format!("listener {g} {addr}: {e}"));
-            }
-        }
         addrs.insert(g.clone(), ip);
     }
 
@@ -209,6 +199,19 @@ pub(super) async fn run_case_inner(
         let host = r.host.clone().unwrap_or_else(|| addr.to_string());
         Ok((addr, host))
     };
+
+    // The listeners the requests go to; a listener the case expects to be rejected
+    // (its status says so) is never waited for.
+    let mut listening: BTreeSet<SocketAddr> = BTreeSet::new();
+    let requests = case.requests.iter().map(|rc| &rc.request);
+    for r in requests.chain(case.distributions.iter().map(|d| &d.request)) {
+        let (addr, _) = target(r)?;
+        if listening.insert(addr)
+            && let Err(e) = env.wait_listener(addr).await
+        {
+            failures.push(format!("listener {} {addr}: {e}", needs_gateway(r)));
+        }
+    }
 
     for (i, rc) in case.requests.iter().enumerate() {
         let (addr, host) = target(&rc.request)?;
