@@ -9,6 +9,9 @@ use gateway_api::gateways::{
     Gateway, GatewayTlsFrontendDefaultValidationMode, GatewayTlsFrontendPerPortTlsValidationMode,
 };
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+use super::conditions;
 use super::gateway::Problem;
 use crate::store::{CA_BUNDLE_KEY, ObjectKey, Store};
 
@@ -30,6 +33,48 @@ struct CaRef<'a> {
     kind: &'a str,
     name: &'a str,
     namespace: Option<&'a str>,
+}
+
+/// The Gateway condition the spec asks for while any port's validation lets clients
+/// without a valid certificate through (`AllowInsecureFallback`): operators must see
+/// that mutual TLS is not enforced.
+pub fn insecure_fallback_condition(gateway: &Gateway, generation: i64) -> Option<Condition> {
+    let frontend = gateway.spec.tls.as_ref()?.frontend.as_ref()?;
+    let default = frontend.default.validation.as_ref().is_some_and(|v| {
+        matches!(
+            v.mode,
+            Some(GatewayTlsFrontendDefaultValidationMode::AllowInsecureFallback)
+        )
+    });
+    let ports: Vec<String> = frontend
+        .per_port
+        .iter()
+        .flatten()
+        .filter(|p| {
+            p.tls.validation.as_ref().is_some_and(|v| {
+                matches!(
+                    v.mode,
+                    Some(GatewayTlsFrontendPerPortTlsValidationMode::AllowInsecureFallback)
+                )
+            })
+        })
+        .map(|p| p.port.to_string())
+        .collect();
+    if !default && ports.is_empty() {
+        return None;
+    }
+    let scope = match (default, ports.is_empty()) {
+        (true, true) => "the default frontend validation".to_owned(),
+        (true, false) => format!("the default and port(s) {}", ports.join(", ")),
+        (false, _) => format!("port(s) {}", ports.join(", ")),
+    };
+    Some(conditions::condition(
+        "InsecureFrontendValidationMode",
+        true,
+        "ConfigurationChanged",
+        format!("{scope} allow clients without a valid certificate (AllowInsecureFallback)"),
+        generation,
+    ))
 }
 
 /// The frontend validation for HTTPS listeners on `port`: the `perPort` entry for it,

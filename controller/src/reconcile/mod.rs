@@ -264,6 +264,9 @@ fn run(
                 status.attached_listener_sets = Some(n);
                 status.conditions.get_or_insert_with(Vec::new).push(c);
             }
+            if let Some(c) = frontend_tls::insecure_fallback_condition(gw, model.generation) {
+                status.conditions.get_or_insert_with(Vec::new).push(c);
+            }
         }
         let scopes = match (&plan, addressing) {
             (Some(plan), _) => plan.adjust_status(store, model, &mut status),

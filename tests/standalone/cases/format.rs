@@ -41,6 +41,58 @@ pub(super) struct Case {
     pub(super) distributions: Vec<Distribution>,
     #[serde(default)]
     pub(super) status: Vec<StatusExpect>,
+    /// Certificates made at start-up, as the suite makes its own.
+    #[serde(default)]
+    pub(super) certificates: Certificates,
+}
+
+/// Test PKI the runner makes before the edge starts: CAs written as ConfigMaps
+/// (`ca.crt`), server certificates signed by one of them written as
+/// `kubernetes.io/tls` Secrets, and client certificates requests can present.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct Certificates {
+    /// `namespace/name` of each CA's ConfigMap.
+    #[serde(default)]
+    pub(super) cas: Vec<String>,
+    #[serde(default)]
+    pub(super) servers: Vec<ServerCertificate>,
+    #[serde(default)]
+    pub(super) clients: Vec<ClientCertificate>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct ServerCertificate {
+    /// `namespace/name` of the Secret.
+    pub(super) secret: String,
+    /// DNS names (subjectAltName).
+    pub(super) hosts: Vec<String>,
+    /// The CA (one of `cas`) that signs it.
+    pub(super) ca: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct ClientCertificate {
+    /// What requests call it (`tls.client`).
+    pub(super) name: String,
+    /// The CA (one of `cas`) that signs it.
+    pub(super) ca: String,
+}
+
+/// A request over TLS (HTTP/1.1 inside).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct TlsRequest {
+    /// The CA (one of `certificates.cas`) the client trusts.
+    pub(super) trust: String,
+    /// SNI (default: the request's host).
+    #[serde(default)]
+    pub(super) sni: Option<String>,
+    /// A client certificate (one of `certificates.clients`) to present.
+    #[serde(default)]
+    pub(super) client: Option<String>,
 }
 
 pub(super) fn yes() -> bool {
@@ -65,6 +117,9 @@ pub(super) struct Request {
     pub(super) path: Option<String>,
     #[serde(default)]
     pub(super) headers: BTreeMap<String, String>,
+    /// Over TLS instead of plain HTTP.
+    #[serde(default)]
+    pub(super) tls: Option<TlsRequest>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -96,6 +151,9 @@ pub(super) struct Expect {
     /// request with the path the main backend saw shows up in their request logs.
     #[serde(default)]
     pub(super) mirrored_to: Vec<String>,
+    /// The TLS handshake fails (or, in TLS 1.3, the first read after it): no answer.
+    #[serde(default)]
+    pub(super) tls_refused: bool,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -13,10 +13,12 @@ use crate::common::*;
 
 mod coverage;
 mod format;
+mod pki;
 mod run;
 mod status;
 
 use format::*;
+use pki::*;
 use run::*;
 use status::*;
 

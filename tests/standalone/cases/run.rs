@@ -124,6 +124,10 @@ pub(super) async fn run_case_inner(
         env.write_manifest("01-base.yaml", &base)?;
     }
     env.write_manifest("10-case.yaml", &lc.manifests)?;
+    let (pki, certificates) = Pki::make(&case.certificates)?;
+    if !certificates.is_empty() {
+        env.write_manifest("05-certificates.yaml", &certificates)?;
+    }
 
     let mut procs = Vec::new();
     for (i, b) in case.backends.iter().enumerate() {
@@ -203,12 +207,26 @@ pub(super) async fn run_case_inner(
     // The listeners the requests go to; a listener the case expects to be rejected
     // (its status says so) is never waited for.
     let mut listening: BTreeSet<SocketAddr> = BTreeSet::new();
-    let requests = case.requests.iter().map(|rc| &rc.request);
+    let requests = case
+        .requests
+        .iter()
+        .filter(|rc| !rc.expect.tls_refused)
+        .map(|rc| &rc.request);
     for r in requests.chain(case.distributions.iter().map(|d| &d.request)) {
         let (addr, _) = target(r)?;
-        if listening.insert(addr)
-            && let Err(e) = env.wait_listener(addr).await
-        {
+        if !listening.insert(addr) {
+            continue;
+        }
+        // A TLS listener has no plain-HTTP readiness answer: it is up once it accepts.
+        let up = if r.tls.is_some() {
+            eventually(&format!("listener {addr} accepts"), EVENTUALLY, || async {
+                connect_from(net.client_ip(), addr).await.map(drop)
+            })
+            .await
+        } else {
+            env.wait_listener(addr).await
+        };
+        if let Err(e) = up {
             failures.push(format!("listener {} {addr}: {e}", needs_gateway(r)));
         }
     }
@@ -219,8 +237,17 @@ pub(super) async fn run_case_inner(
         let deadline = Instant::now() + REQUEST_SETTLE;
         loop {
             let req = with_fresh_uuid(&rc.request);
-            let mut diffs = match send(net, addr, &host, &req).await {
+            let sent = match &req.tls {
+                Some(tls) => pki.send(net, addr, &host, &req, tls).await,
+                None => send(net, addr, &host, &req).await,
+            };
+            let mut diffs = match sent {
+                Ok(resp) if rc.expect.tls_refused => vec![format!(
+                    "expected the TLS handshake refused, got status {}",
+                    resp.status
+                )],
                 Ok(resp) => response_diffs(&resp, &req, &host, &rc.expect),
+                Err(_) if rc.expect.tls_refused => Vec::new(),
                 Err(e) => vec![format!("request failed: {e}")],
             };
             if diffs.is_empty() {

@@ -1,0 +1,78 @@
+//! The certificates a case asks for (`certificates` in `case.yaml`), made when the case
+//! starts as the suite makes its own, and requests over TLS with them.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use super::*;
+
+/// The CAs and client certificates of one case.
+pub(super) struct Pki {
+    cas: BTreeMap<String, TestCa>,
+    clients: BTreeMap<String, Leaf>,
+}
+
+impl Pki {
+    /// Makes every certificate `c` names; returns them and the manifests (ConfigMaps
+    /// with the CAs, Secrets with the server certificates) the edge must read.
+    pub(super) fn make(c: &Certificates) -> Result<(Self, String), BoxError> {
+        let mut cas = BTreeMap::new();
+        let mut yaml = String::new();
+        for name in &c.cas {
+            let ca = TestCa::new(name)?;
+            let (ns, cm) = split_ref(name);
+            yaml.push_str(&ca_config_map(ns, cm, &ca));
+            cas.insert(name.clone(), ca);
+        }
+        let ca_named = |name: &str| {
+            cas.get(name)
+                .ok_or_else(|| err(format!("certificates: no CA {name} among `cas`")))
+        };
+        for s in &c.servers {
+            let hosts: Vec<&str> = s.hosts.iter().map(String::as_str).collect();
+            let leaf = ca_named(&s.ca)?.leaf(&hosts)?;
+            let (ns, name) = split_ref(&s.secret);
+            yaml.push_str(&tls_secret(ns, name, &leaf));
+        }
+        let mut clients = BTreeMap::new();
+        for cl in &c.clients {
+            clients.insert(cl.name.clone(), ca_named(&cl.ca)?.client_leaf(&cl.name)?);
+        }
+        Ok((Self { cas, clients }, yaml))
+    }
+
+    /// `r` over TLS to `addr`: the handshake as `tls` says, then HTTP/1.1.
+    pub(super) async fn send(
+        &self,
+        net: Net,
+        addr: SocketAddr,
+        host: &str,
+        r: &Request,
+        tls: &TlsRequest,
+    ) -> Result<Resp, BoxError> {
+        let ca = self
+            .cas
+            .get(&tls.trust)
+            .ok_or_else(|| err(format!("tls.trust: no CA {}", tls.trust)))?;
+        let client = match &tls.client {
+            Some(name) => Some(
+                self.clients
+                    .get(name)
+                    .ok_or_else(|| err(format!("tls.client: no client certificate {name}")))?,
+            ),
+            None => None,
+        };
+        let config = client_config(&ca.cert_der, &[b"http/1.1"], client)?;
+        let sni = tls.sni.as_deref().unwrap_or(host);
+        let stream = tls_connect_with(net.client_ip(), addr, sni, &config).await?;
+        let mut conn = H1Conn::over(stream).await?;
+        let headers: Vec<(&str, &str)> = r
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let method = r.method.as_deref().unwrap_or("GET");
+        conn.send(method, host, r.path.as_deref().unwrap_or("/"), &headers)
+            .await
+    }
+}
