@@ -93,6 +93,9 @@ pub(super) struct TlsRequest {
     /// A client certificate (one of `certificates.clients`) to present.
     #[serde(default)]
     pub(super) client: Option<String>,
+    /// HTTP/2 (ALPN `h2`) instead of HTTP/1.1, as the suite sends some of its requests.
+    #[serde(default)]
+    pub(super) http2: bool,
 }
 
 pub(super) fn yes() -> bool {

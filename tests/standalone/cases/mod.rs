@@ -46,6 +46,7 @@ pub const KNOWN_FEATURES: &[&str] = &[
     "GatewayAddressEmpty",
     "GatewayFrontendClientCertificateValidation",
     "GatewayFrontendClientCertificateValidationInsecureFallback",
+    "GatewayHTTPSListenerDetectMisdirectedRequests",
     "ReferenceGrant",
     "HTTPRoute",
     "HTTPRouteDestinationPortMatching",

@@ -62,17 +62,32 @@ impl Pki {
             ),
             None => None,
         };
-        let config = client_config(&ca.cert_der, &[b"http/1.1"], client)?;
+        let alpn: &[u8] = if tls.http2 { b"h2" } else { b"http/1.1" };
+        let config = client_config(&ca.cert_der, &[alpn], client)?;
         let sni = tls.sni.as_deref().unwrap_or(host);
         let stream = tls_connect_with(net.client_ip(), addr, sni, &config).await?;
-        let mut conn = H1Conn::over(stream).await?;
         let headers: Vec<(&str, &str)> = r
             .headers
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
         let method = r.method.as_deref().unwrap_or("GET");
-        conn.send(method, host, r.path.as_deref().unwrap_or("/"), &headers)
-            .await
+        let path = r.path.as_deref().unwrap_or("/");
+        if tls.http2 {
+            let chosen = stream.get_ref().1.alpn_protocol();
+            ensure!(
+                chosen == Some(b"h2"),
+                "the edge chose ALPN {chosen:?}, not h2"
+            );
+            H2Conn::over(stream)
+                .await?
+                .send(method, host, path, &headers)
+                .await
+        } else {
+            H1Conn::over(stream)
+                .await?
+                .send(method, host, path, &headers)
+                .await
+        }
     }
 }

@@ -170,7 +170,14 @@ pub struct H2Conn {
 
 impl H2Conn {
     pub async fn connect(src: IpAddr, dst: SocketAddr) -> Result<Self, BoxError> {
-        let stream = connect_from(src, dst).await?;
+        Self::over(connect_from(src, dst).await?).await
+    }
+
+    /// HTTP/2 over an already established stream (e.g. a TLS session that chose `h2`).
+    pub async fn over<S>(stream: S) -> Result<Self, BoxError>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
         let (sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream)).await?;
         tokio::spawn(async move {
             let _ = conn.await;
