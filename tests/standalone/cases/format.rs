@@ -44,6 +44,19 @@ pub(super) struct Case {
     /// Certificates made at start-up, as the suite makes its own.
     #[serde(default)]
     pub(super) certificates: Certificates,
+    /// Later steps, in order, after every check above: each replaces the case's
+    /// manifests with another file of the case directory, as the suite patches an
+    /// object midway, and checks the status again.
+    #[serde(default)]
+    pub(super) updates: Vec<Update>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct Update {
+    /// A file of the case directory that replaces `manifests.yaml`.
+    pub(super) manifests: String,
+    pub(super) status: Vec<StatusExpect>,
 }
 
 /// Test PKI the runner makes before the edge starts: CAs written as ConfigMaps
@@ -225,6 +238,9 @@ pub(super) struct CondExpect {
     pub(super) status: CondStatus,
     #[serde(default)]
     pub(super) reason: Option<String>,
+    /// The generation of the object the condition was computed for.
+    #[serde(default)]
+    pub(super) observed_generation: Option<i64>,
 }
 
 /// "True"/"False", also written unquoted.
@@ -287,6 +303,8 @@ pub(super) struct LoadedCase {
     pub(super) name: String,
     pub(super) case: Case,
     pub(super) manifests: String,
+    /// The text of each of `case.updates`' manifests, in order.
+    pub(super) updates: Vec<String>,
 }
 
 pub(super) fn load_cases() -> Result<Vec<LoadedCase>, BoxError> {
@@ -309,10 +327,19 @@ pub(super) fn load_cases() -> Result<Vec<LoadedCase>, BoxError> {
             .map_err(|e| err(format!("{name}/case.yaml: {e}")))?;
         let manifests = std::fs::read_to_string(dir.join("manifests.yaml"))
             .map_err(|e| err(format!("{name}/manifests.yaml: {e}")))?;
+        let updates = case
+            .updates
+            .iter()
+            .map(|u| {
+                std::fs::read_to_string(dir.join(&u.manifests))
+                    .map_err(|e| err(format!("{name}/{}: {e}", u.manifests)))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         out.push(LoadedCase {
             name,
             case,
             manifests,
+            updates,
         });
     }
     Ok(out)

@@ -138,25 +138,7 @@ pub(super) async fn run_case_inner(
     let edge = env.spawn_edge("edge").await?;
 
     // Status first: it also tells the Gateway addresses.
-    if !case.status.is_empty() {
-        let settle = Wait {
-            timeout: STATUS_SETTLE,
-            interval: Duration::from_millis(100),
-        };
-        let last = eventually("the status the case expects", settle, || async {
-            let status = env.status().await?;
-            let diffs = status_diffs(&status, &case.status);
-            if diffs.is_empty() {
-                Ok(())
-            } else {
-                Err(err(diffs.join("\n    ")))
-            }
-        })
-        .await;
-        if let Err(e) = last {
-            failures.push(format!("status:\n    {e}"));
-        }
-    }
+    check_status(&env, &case.status, "status", failures).await;
 
     let default_gw = case.gateway.as_deref().unwrap_or(DEFAULT_GATEWAY);
     let needs_gateway = |r: &Request| r.gateway.clone().unwrap_or_else(|| default_gw.to_owned());
@@ -272,6 +254,12 @@ pub(super) async fn run_case_inner(
         }
     }
 
+    for (i, (update, text)) in case.updates.iter().zip(&lc.updates).enumerate() {
+        env.write_manifest("10-case.yaml", text)?;
+        let label = format!("update {} ({})", i + 1, update.manifests);
+        check_status(&env, &update.status, &label, failures).await;
+    }
+
     if !failures.is_empty() {
         let log = edge.log();
         let tail: Vec<&str> = log.lines().rev().take(8).collect();
@@ -285,6 +273,36 @@ pub(super) async fn run_case_inner(
     env.pass()?;
     drop(procs);
     Ok(())
+}
+
+/// Waits for `/status` to show what `want` says; a mismatch left at the deadline is a
+/// failure named `label`.
+async fn check_status(
+    env: &TestEnv,
+    want: &[StatusExpect],
+    label: &str,
+    failures: &mut Vec<String>,
+) {
+    if want.is_empty() {
+        return;
+    }
+    let settle = Wait {
+        timeout: STATUS_SETTLE,
+        interval: Duration::from_millis(100),
+    };
+    let last = eventually(&format!("the {label} the case expects"), settle, || async {
+        let status = env.status().await?;
+        let diffs = status_diffs(&status, want);
+        if diffs.is_empty() {
+            Ok(())
+        } else {
+            Err(err(diffs.join("\n    ")))
+        }
+    })
+    .await;
+    if let Err(e) = last {
+        failures.push(format!("{label}:\n    {e}"));
+    }
 }
 
 /// The request with every `{uuid}` in its path replaced by a value no other send

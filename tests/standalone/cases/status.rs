@@ -32,6 +32,14 @@ pub(super) fn conditions_diffs(
         };
         let status_ok = got["status"] == c.status.as_str();
         let reason_ok = c.reason.as_deref().is_none_or(|r| got["reason"] == r);
+        if let Some(g) = c.observed_generation
+            && got["observedGeneration"] != g
+        {
+            out.push(format!(
+                "{what}: condition {}: expected observedGeneration {g}, got {}",
+                c.ctype, got["observedGeneration"]
+            ));
+        }
         if !status_ok || !reason_ok {
             out.push(format!(
                 "{what}: condition {}: expected {}{}, got {} {} ({:?})",
