@@ -202,6 +202,10 @@ pub(super) struct Distribution {
     pub(super) backends: BTreeMap<String, f64>,
     /// Allowed absolute difference of each share.
     pub(super) tolerance: f64,
+    /// A request header (lower-case) that each backend's own filter sets to its name:
+    /// every answer's backend must have seen its own name there.
+    #[serde(default)]
+    pub(super) backend_header: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -522,14 +522,26 @@ pub(super) async fn check_distribution(
     let path = dist.request.path.as_deref().unwrap_or("/");
     let mut conn = H1Conn::connect(net.client_ip(), addr).await?;
     let mut seen: BTreeMap<String, u32> = BTreeMap::new();
+    let mut wrong_header = Vec::new();
     for _ in 0..dist.count {
         let r = conn.send(method, host, path, &headers).await?;
         let name = match r.echo() {
-            Ok(e) => e.name().to_owned(),
+            Ok(e) => {
+                if let Some(h) = &dist.backend_header
+                    && e.header(h) != Some(e.name())
+                {
+                    wrong_header.push(format!("{} saw {h}: {:?}", e.name(), e.header(h)));
+                }
+                e.name().to_owned()
+            }
             Err(_) => format!("<status {}>", r.status.as_u16()),
         };
         *seen.entry(name).or_default() += 1;
     }
+    ensure!(
+        wrong_header.is_empty(),
+        "a backend's own header filter did not reach it: {wrong_header:?}"
+    );
     let total_weight: f64 = dist.backends.values().sum();
     ensure!(total_weight > 0.0, "distribution weights sum to 0");
     let mut diffs = Vec::new();
