@@ -232,6 +232,10 @@ pub(super) struct StatusExpect {
     /// Gateway: `status.attachedListenerSets`.
     #[serde(default)]
     pub(super) attached_listener_sets: Option<u64>,
+    /// The status lists exactly the `listeners` above, no others (a removed listener
+    /// is gone).
+    #[serde(default)]
+    pub(super) only_listed_listeners: bool,
 }
 
 #[derive(Debug, Deserialize)]

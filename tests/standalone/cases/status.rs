@@ -94,6 +94,22 @@ pub(super) fn status_diffs(status: &Value, want: &[StatusExpect]) -> Vec<String>
                 item["status"]["attachedListenerSets"]
             ));
         }
+        if w.only_listed_listeners {
+            let mut got: Vec<&str> = item["status"]["listeners"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|l| l["name"].as_str())
+                .collect();
+            let mut want: Vec<&str> = w.listeners.iter().map(|l| l.name.as_str()).collect();
+            got.sort_unstable();
+            want.sort_unstable();
+            if got != want {
+                out.push(format!(
+                    "{what}: expected exactly listeners {want:?}, got {got:?}"
+                ));
+            }
+        }
         for l in &w.listeners {
             let lwhat = format!("{what} listener {}", l.name);
             let Ok(got) = gateway_listener(item, &l.name) else {
