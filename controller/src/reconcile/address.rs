@@ -22,13 +22,27 @@ pub enum AddressRequest {
     Ip(IpAddr),
     /// A type or value this implementation can't serve.
     Unsupported(String),
+    /// Well-formed, but not servable here (more than one address, say).
+    NotUsable(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AddressError {
     Unsupported(String),
-    InUse { address: IpAddr, by: ObjectKey },
+    /// Accepted, but not programmed: the address can't be served on this host.
+    NotUsable(String),
+    InUse {
+        address: IpAddr,
+        by: ObjectKey,
+    },
     PoolExhausted,
+}
+
+/// Whether `ip` is an address this host can listen on: binding a UDP socket to it (port
+/// 0, closed at once, no packet sent) is the kernel's own answer, and the same one the
+/// listeners would get later.
+pub fn is_local(ip: IpAddr) -> bool {
+    std::net::UdpSocket::bind((ip, 0)).is_ok()
 }
 
 /// Allocates addresses for `gateways`, given in precedence order.
@@ -46,6 +60,9 @@ pub fn allocate(
                         address: *ip,
                         by: owner.clone(),
                     }),
+                    None if !is_local(*ip) => Err(AddressError::NotUsable(format!(
+                        "{ip} is not an address of this host"
+                    ))),
                     None => {
                         taken.insert(*ip, key.clone());
                         Ok(*ip)
@@ -55,6 +72,9 @@ pub fn allocate(
             }
             AddressRequest::Unsupported(why) => {
                 out.insert(key.clone(), Err(AddressError::Unsupported(why.clone())));
+            }
+            AddressRequest::NotUsable(why) => {
+                out.insert(key.clone(), Err(AddressError::NotUsable(why.clone())));
             }
             AddressRequest::Pool => {}
         }
@@ -160,6 +180,30 @@ mod tests {
         };
         assert_eq!(got.octets()[..3], [127, 0, 1]);
         assert!(got.octets()[3] != 0 && got.octets()[3] != 255);
+    }
+
+    #[test]
+    fn an_address_this_host_lacks_is_not_usable() {
+        let here = ObjectKey::new("ns", "here");
+        let away = ObjectKey::new("ns", "away");
+        // TEST-NET-3: never assigned to a host, so binding it fails (nothing is sent).
+        let foreign: IpAddr = "203.0.113.10".parse().unwrap();
+        let got = allocate(
+            &pool(),
+            &[
+                (
+                    here.clone(),
+                    AddressRequest::Ip("127.0.0.9".parse().unwrap()),
+                ),
+                (away.clone(), AddressRequest::Ip(foreign)),
+            ],
+        );
+        assert!(got[&here].is_ok(), "{:?}", got[&here]);
+        assert!(
+            matches!(&got[&away], Err(AddressError::NotUsable(why)) if why.contains("203.0.113.10")),
+            "{:?}",
+            got[&away]
+        );
     }
 
     #[test]

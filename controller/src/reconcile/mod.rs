@@ -322,22 +322,36 @@ fn run(
     }
 }
 
+/// What `spec.addresses` asks for. Every entry is read: one of a type or value the edge
+/// can't serve makes the Gateway unaccepted; more than one address, not programmed (a
+/// Gateway is served on one); entries without a value ask for any address.
 fn address_request(gw: &Gateway) -> AddressRequest {
-    let Some(first) = gw.spec.addresses.iter().flatten().next() else {
-        return AddressRequest::Pool;
-    };
-    let kind = first.r#type.as_deref().unwrap_or("IPAddress");
-    if kind != "IPAddress" {
-        return AddressRequest::Unsupported(format!(
-            "address type {kind} is not supported; IPAddress is"
-        ));
+    let mut ips: Vec<IpAddr> = Vec::new();
+    for entry in gw.spec.addresses.iter().flatten() {
+        let kind = entry.r#type.as_deref().unwrap_or("IPAddress");
+        if kind != "IPAddress" {
+            return AddressRequest::Unsupported(format!(
+                "address type {kind} is not supported; IPAddress is"
+            ));
+        }
+        match entry.value.as_deref() {
+            None | Some("") => {}
+            Some(v) => match v.parse::<IpAddr>() {
+                Ok(ip) if !ips.contains(&ip) => ips.push(ip),
+                Ok(_) => {}
+                Err(_) => {
+                    return AddressRequest::Unsupported(format!("{v:?} is not an IP address"));
+                }
+            },
+        }
     }
-    match first.value.as_deref() {
-        None | Some("") => AddressRequest::Pool,
-        Some(v) => match v.parse::<IpAddr>() {
-            Ok(ip) => AddressRequest::Ip(ip),
-            Err(_) => AddressRequest::Unsupported(format!("{v:?} is not an IP address")),
-        },
+    match ips.as_slice() {
+        [] => AddressRequest::Pool,
+        [ip] => AddressRequest::Ip(*ip),
+        many => AddressRequest::NotUsable(format!(
+            "{} addresses were requested; a Gateway is served on one",
+            many.len()
+        )),
     }
 }
 
@@ -403,7 +417,7 @@ fn gateway_status(m: &GatewayModel<'_>) -> GatewayStatus {
         _ if m.rejected.is_some() => {
             cond::not_programmed(generation, "Invalid", "the Gateway is not accepted")
         }
-        Err(AddressError::Unsupported(why)) => {
+        Err(AddressError::Unsupported(why) | AddressError::NotUsable(why)) => {
             cond::not_programmed(generation, "AddressNotUsable", why.clone())
         }
         Err(AddressError::InUse { address, by }) => cond::not_programmed(

@@ -236,6 +236,9 @@ pub(super) struct StatusExpect {
     /// is gone).
     #[serde(default)]
     pub(super) only_listed_listeners: bool,
+    /// Gateway: exactly these `status.addresses` values, in order.
+    #[serde(default)]
+    pub(super) addresses: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -94,6 +94,12 @@ pub(super) fn status_diffs(status: &Value, want: &[StatusExpect]) -> Vec<String>
                 item["status"]["attachedListenerSets"]
             ));
         }
+        if let Some(want) = &w.addresses {
+            let got = gateway_addresses(item);
+            if got != *want {
+                out.push(format!("{what}: expected addresses {want:?}, got {got:?}"));
+            }
+        }
         if w.only_listed_listeners {
             let mut got: Vec<&str> = item["status"]["listeners"]
                 .as_array()
