@@ -202,6 +202,10 @@ pub(super) struct Distribution {
     pub(super) backends: BTreeMap<String, f64>,
     /// Allowed absolute difference of each share.
     pub(super) tolerance: f64,
+    /// Each request on a connection of its own (a TCPRoute picks its backend per
+    /// connection); otherwise all on one keep-alive connection.
+    #[serde(default)]
+    pub(super) connection_per_request: bool,
     /// A request header (lower-case) that each backend's own filter sets to its name:
     /// every answer's backend must have seen its own name there.
     #[serde(default)]

@@ -524,6 +524,9 @@ pub(super) async fn check_distribution(
     let mut seen: BTreeMap<String, u32> = BTreeMap::new();
     let mut wrong_header = Vec::new();
     for _ in 0..dist.count {
+        if dist.connection_per_request {
+            conn = H1Conn::connect(net.client_ip(), addr).await?;
+        }
         let r = conn.send(method, host, path, &headers).await?;
         let name = match r.echo() {
             Ok(e) => {
