@@ -60,7 +60,7 @@ impl Reconciler {
 
     /// The Outcome a full reconcile of `store` would give.
     pub fn reconcile(&mut self, store: &Store) -> Outcome {
-        super::run(store, &self.settings, &self.addressing, &mut self.memo)
+        super::phases::run(store, &self.settings, &self.addressing, &mut self.memo)
     }
 }
 

@@ -1,5 +1,7 @@
-//! The reconciler: a pure function from the Store to the Snapshot the proxy serves and
-//! the status every object should carry. Same Store, same Outcome, on every replica.
+//! The reconciler: a function from the Store to the Snapshot the proxy serves and the
+//! status every object should carry. Same Store, same Outcome, on every replica (its one
+//! question to the host: whether a standalone Gateway's requested address is local).
+//! `phases.rs` runs it phase by phase; this module holds its types and entry points.
 
 pub mod address;
 mod backend;
@@ -17,6 +19,7 @@ mod l4;
 mod l4_translate;
 pub mod listenerset;
 mod parent;
+mod phases;
 pub mod portpool;
 pub mod ports;
 mod retry;
@@ -31,7 +34,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use aether_proxy::Snapshot;
-use gateway_api::gatewayclasses::GatewayClassStatus;
 use gateway_api::gateways::{
     Gateway, GatewayStatus, GatewayStatusAddresses, GatewayStatusListeners,
 };
@@ -42,7 +44,7 @@ pub use self::incremental::{Reconciler, Redone};
 use self::address::{AddressError, AddressRequest};
 use self::conditions as cond;
 use self::gateway::GatewayModel;
-use crate::status::{ObjectStatus, Statuses};
+use crate::status::Statuses;
 use crate::store::{ObjectKey, Store};
 
 /// What the reconciler is told about its environment.
@@ -102,224 +104,12 @@ pub fn reconcile(store: &Store, settings: &Settings) -> Outcome {
 /// [`Addressing::LocalPool`]): the full reconcile, with nothing reused. A source that
 /// reconciles again and again keeps a [`Reconciler`] instead.
 pub fn reconcile_with(store: &Store, settings: &Settings, addressing: &Addressing) -> Outcome {
-    run(
+    phases::run(
         store,
         settings,
         addressing,
         &mut incremental::Memo::default(),
     )
-}
-
-/// The phases of a reconcile; `memo` holds what earlier runs derived and may be reused.
-fn run(
-    store: &Store,
-    settings: &Settings,
-    addressing: &Addressing,
-    memo: &mut incremental::Memo,
-) -> Outcome {
-    let mut statuses = Statuses::default();
-    let mut ours: BTreeSet<&str> = BTreeSet::new();
-    for (name, class) in &store.gateway_classes {
-        if class.spec.controller_name != settings.controller_name {
-            continue;
-        }
-        ours.insert(name);
-        let generation = class.metadata.generation.unwrap_or(1);
-        statuses.gateway_classes.insert(
-            name.clone(),
-            ObjectStatus::new(
-                generation,
-                GatewayClassStatus {
-                    conditions: Some(vec![cond::class_accepted(generation)]),
-                    supported_features: None,
-                },
-            ),
-        );
-    }
-
-    let mut ordered: Vec<(&ObjectKey, &Gateway)> = store
-        .gateways
-        .iter()
-        .filter(|(_, g)| ours.contains(g.spec.gateway_class_name.as_str()))
-        .map(|(k, g)| (k, &**g))
-        .collect();
-    // Oldest first, so an established Gateway keeps an address a newcomer also asks for.
-    ordered.sort_by_key(|(k, g)| {
-        (
-            g.metadata
-                .creation_timestamp
-                .as_ref()
-                .map_or(0, |t| t.0.as_second()),
-            *k,
-        )
-    });
-    let requests: Vec<(ObjectKey, AddressRequest)> = ordered
-        .iter()
-        .map(|(k, g)| ((*k).clone(), address_request(g)))
-        .collect();
-    let mut addresses = match addressing {
-        Addressing::LocalPool(pool) => address::allocate(pool, &requests),
-        // Every listener binds all interfaces; its port tells Gateways apart.
-        Addressing::InternalPorts { bind, .. } | Addressing::SharedService { bind, .. } => requests
-            .iter()
-            .map(|(k, _)| (k.clone(), Ok(*bind)))
-            .collect(),
-    };
-    let sets = listenerset::collect(store, &ordered);
-    let mut models: BTreeMap<ObjectKey, GatewayModel<'_>> = ordered
-        .iter()
-        .map(|(key, gw)| {
-            let model = GatewayModel {
-                key: (*key).clone(),
-                generation: gw.metadata.generation.unwrap_or(1),
-                rejected: gateway::rejected(gw),
-                address: addresses
-                    .remove(*key)
-                    .unwrap_or(Err(AddressError::PoolExhausted)),
-                listeners: gateway::listeners(store, &key.namespace, gw, sets.for_gateway(key)),
-            };
-            ((*key).clone(), model)
-        })
-        .collect();
-    listenerset::gate_on_parent(&mut models);
-
-    if let Addressing::SharedService { .. } = addressing {
-        let order: Vec<&ObjectKey> = ordered.iter().map(|(k, _)| *k).collect();
-        shared::resolve_conflicts(&order, &mut models);
-    }
-
-    let changes = memo.observe(store);
-    let mut resolver = backend::BackendResolver::with_cache(store, memo.take_backends(&changes));
-    let [http_statuses, grpc_statuses] = memo.routes.attach(
-        store,
-        &changes,
-        &mut resolver,
-        route_memo::GatewaySideRefs {
-            sets: &sets,
-            controller_name: &settings.controller_name,
-            gateways: &models,
-        },
-    );
-    for ((gateway, index), n) in memo.routes.listener_routes() {
-        if let Some(listener) = models
-            .get_mut(gateway)
-            .and_then(|g| g.listeners.get_mut(*index))
-        {
-            listener.routes = *n;
-        }
-    }
-    statuses.http_routes = http_statuses;
-    statuses.grpc_routes = grpc_statuses;
-    let route_count = memo.routes.len();
-
-    let l4_routes: Vec<_> = store
-        .l4_routes
-        .iter()
-        .map(|((kind, k), r)| (l4::compile(*kind, k.clone(), r, &mut resolver), &**r))
-        .collect();
-    statuses.l4_routes = l4::attach(
-        store,
-        &sets,
-        &settings.controller_name,
-        &l4_routes,
-        &mut models,
-    );
-    portpool::apply(&mut models, &l4_routes, &mut statuses.l4_routes);
-    statuses.backend_tls_policies =
-        resolver
-            .policies()
-            .statuses(store, &settings.controller_name, &models, &sets);
-
-    // Kubernetes-mode placement comes after attachment: a port pool's listener needs an
-    // internal port for each port it handed to a route.
-    let plan = match addressing {
-        Addressing::LocalPool(_) | Addressing::SharedService { .. } => None,
-        Addressing::InternalPorts { range, service, .. } => Some(services::plan(
-            store,
-            &ordered,
-            &mut models,
-            *range,
-            service,
-        )),
-    };
-
-    let served = match (&plan, addressing) {
-        (Some(plan), Addressing::InternalPorts { service, .. }) => Some(plan.served_ports(service)),
-        _ => None,
-    };
-    let internal = served.as_ref();
-    let mut snapshot = memo.translate.snapshot(&models, &mut memo.routes, internal);
-    l4_translate::add_listeners(&mut snapshot, &models, &l4_routes, internal);
-    let (set_statuses, attached_sets) = listenerset::statuses(&sets, &models);
-    statuses.listener_sets = set_statuses;
-    for model in models.values() {
-        let mut status = gateway_status(model);
-        let gw = ordered
-            .iter()
-            .find(|(k, _)| **k == model.key)
-            .map(|(_, g)| *g);
-        if let Some(gw) = gw {
-            let counts = attached_sets.get(&model.key).copied();
-            if let Some((n, c)) = listenerset::gateway_fields(gw, model.generation, counts) {
-                status.attached_listener_sets = Some(n);
-                status.conditions.get_or_insert_with(Vec::new).push(c);
-            }
-            if let Some(c) = frontend_tls::insecure_fallback_condition(gw, model.generation) {
-                status.conditions.get_or_insert_with(Vec::new).push(c);
-            }
-        }
-        let scopes = match (&plan, addressing) {
-            (Some(plan), _) => plan.adjust_status(store, model, &mut status),
-            (None, Addressing::SharedService { service, .. }) => gw
-                .map(|gw| shared::adjust_status(store, service, gw, model, &mut status))
-                .unwrap_or_default(),
-            (None, _) => Vec::new(),
-        };
-        if !scopes.is_empty() {
-            statuses
-                .address_routability
-                .insert(model.key.clone(), scopes);
-        }
-        statuses.gateways.insert(
-            model.key.clone(),
-            ObjectStatus::new(model.generation, status),
-        );
-    }
-    let mut endpoint_interest = resolver.referenced().clone();
-    endpoint_interest.extend(memo.routes.interest().cloned());
-    match addressing {
-        Addressing::InternalPorts { service, .. } | Addressing::SharedService { service, .. } => {
-            endpoint_interest.insert(service.edge_service.clone());
-        }
-        Addressing::LocalPool(_) => {}
-    }
-    memo.keep_backends(resolver.into_cache());
-    tracing::debug!(
-        routes = route_count,
-        compiled = memo.routes.redone.compiled,
-        attached = memo.routes.redone.attached,
-        all_stale = changes.all_stale,
-        gateway_side = changes.gateway_side,
-        services_changed = changes.services.len(),
-        "reconciled"
-    );
-    let services = plan.map(|p| p.services).unwrap_or_default();
-    for objects in services.values() {
-        let owned = std::iter::once(&objects.service.metadata)
-            .chain(objects.dedicated.iter().map(|d| &d.pods.metadata));
-        for meta in owned {
-            if let (Some(ns), Some(name)) = (&meta.namespace, &meta.name) {
-                endpoint_interest.insert(ObjectKey::new(ns.as_str(), name.as_str()));
-            }
-        }
-    }
-    Outcome {
-        snapshot,
-        statuses,
-        services,
-        endpoint_interest,
-        redone: memo.routes.redone,
-    }
 }
 
 /// What `spec.addresses` asks for. Every entry is read: one of a type or value the edge
