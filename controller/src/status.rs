@@ -589,4 +589,24 @@ mod tests {
             ));
         }
     }
+
+    /// Entries handed the same status (the reconciler shares equal ones) come out
+    /// sharing one stamped copy; an equal status of its own is stamped on its own.
+    #[test]
+    fn alike_routes_share_one_stamped_status() {
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let key = |n: &str| ObjectKey::new("default", n);
+        let shared = route(true);
+        let mut s = Statuses::default();
+        for name in ["a", "b", "c"] {
+            s.http_routes.insert(key(name), shared.clone());
+        }
+        s.http_routes.insert(key("d"), route(true));
+        s.carry_transition_times(&Statuses::default(), &Statuses::default(), t0);
+        let stamped = |n: &str| &s.http_routes[&key(n)].status;
+        assert!(Arc::ptr_eq(stamped("a"), stamped("c")));
+        assert!(!Arc::ptr_eq(stamped("a"), &shared.status));
+        assert!(!Arc::ptr_eq(stamped("a"), stamped("d")));
+        assert!(route_times(&s).iter().all(|(_, t)| *t == t0));
+    }
 }

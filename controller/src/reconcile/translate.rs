@@ -74,6 +74,8 @@ impl RouteActions {
             return Arc::clone(acts);
         }
         let acts = Arc::new(rule_actions(gateway, route));
+        // Usually the only Gateway: a push would reserve four (kept per route).
+        self.0.reserve_exact(1);
         self.0.push((key.clone(), Arc::clone(&acts)));
         acts
     }
@@ -210,6 +212,10 @@ impl TranslateMemo {
                     .push((*addr, host.into()));
                 mark(dirty, *addr, host.into());
             }
+        }
+        // Kept as long as the route, usually one pair: pushes reserved four.
+        if let Some(placed) = self.placed.get_mut(id) {
+            placed.shrink_to_fit();
         }
     }
 }
