@@ -69,7 +69,7 @@ impl RouteActions {
     }
 
     /// The actions on Gateway `key` (named `gateway` in metrics), built if missing.
-    fn on(&mut self, key: &ObjectKey, gateway: &str, route: &RouteModel) -> Arc<Actions> {
+    fn on(&mut self, key: &ObjectKey, gateway: &Arc<str>, route: &RouteModel) -> Arc<Actions> {
         if let Some((_, acts)) = self.0.iter().find(|(gw, _)| gw == key) {
             return Arc::clone(acts);
         }
@@ -405,9 +405,9 @@ impl PortPlan {
     }
 }
 
-fn rule_actions(gateway: &str, route: &RouteModel) -> Actions {
+fn rule_actions(gateway: &Arc<str>, route: &RouteModel) -> Actions {
     let name: Arc<str> = route.key.to_string().into();
-    let stats = RouteStats::new(gateway, &name);
+    let stats = RouteStats::new(Arc::clone(gateway), Arc::clone(&name));
     let rules = route
         .rules
         .iter()
