@@ -216,6 +216,8 @@ impl FileSource {
     fn declare(&mut self, file: &Path, id: &ObjectId, object: Object) -> bool {
         let files = self.declared_by.entry(id.clone()).or_default();
         if let Err(at) = files.binary_search_by(|f| f.as_path().cmp(file)) {
+            // One file per object is the rule; a push would reserve four (kept per object).
+            files.reserve_exact(1);
             files.insert(at, file.to_owned());
         }
         if files.last().is_some_and(|last| last != file) {

@@ -1,7 +1,7 @@
 //! Computed status per object, in the shape Kubernetes mode will write, plus the two
 //! post-reconcile steps: stamping transition times and recording bind failures.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use aether_proxy::{BindFailure, Snapshot};
@@ -394,6 +394,10 @@ fn carry_changes<K: Ord + Clone, S: Clone + PartialEq>(
     mut stamp_one: impl FnMut(&mut S, Option<&S>),
 ) {
     let mut out = previous.clone();
+    // A stamp depends only on the status and the one published before it: entries
+    // sharing both (the reconciler shares equal statuses) share the stamped copy too.
+    // Keyed by address: every status named here is held by the maps until the end.
+    let mut stamped: HashMap<(*const S, *const S), Arc<S>> = HashMap::new();
     for change in previous_input.diff(current) {
         let (key, s) = match change {
             DiffItem::Remove(key, _) => {
@@ -402,11 +406,20 @@ fn carry_changes<K: Ord + Clone, S: Clone + PartialEq>(
             }
             DiffItem::Add(key, s) | DiffItem::Update { new: (key, s), .. } => (key, s),
         };
-        let mut s = s.clone();
-        stamp_one(
-            Arc::make_mut(&mut s.status),
-            previous.get(key).map(|p| &*p.status),
+        let prev = previous.get(key).map(|p| &p.status);
+        let from = (
+            Arc::as_ptr(&s.status),
+            prev.map_or(std::ptr::null(), Arc::as_ptr),
         );
+        let status = stamped.entry(from).or_insert_with(|| {
+            let mut status = S::clone(&s.status);
+            stamp_one(&mut status, prev.map(|p| &**p));
+            Arc::new(status)
+        });
+        let s = ObjectStatus {
+            generation: s.generation,
+            status: Arc::clone(status),
+        };
         out.insert(key.clone(), s);
     }
     *current = out;
@@ -575,5 +588,25 @@ mod tests {
                 &published.http_routes[&key(n)].status
             ));
         }
+    }
+
+    /// Entries handed the same status (the reconciler shares equal ones) come out
+    /// sharing one stamped copy; an equal status of its own is stamped on its own.
+    #[test]
+    fn alike_routes_share_one_stamped_status() {
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let key = |n: &str| ObjectKey::new("default", n);
+        let shared = route(true);
+        let mut s = Statuses::default();
+        for name in ["a", "b", "c"] {
+            s.http_routes.insert(key(name), shared.clone());
+        }
+        s.http_routes.insert(key("d"), route(true));
+        s.carry_transition_times(&Statuses::default(), &Statuses::default(), t0);
+        let stamped = |n: &str| &s.http_routes[&key(n)].status;
+        assert!(Arc::ptr_eq(stamped("a"), stamped("c")));
+        assert!(!Arc::ptr_eq(stamped("a"), &shared.status));
+        assert!(!Arc::ptr_eq(stamped("a"), stamped("d")));
+        assert!(route_times(&s).iter().all(|(_, t)| *t == t0));
     }
 }

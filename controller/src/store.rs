@@ -317,6 +317,7 @@ impl Store {
             }
             Object::HttpRoute(mut o, ext) => {
                 let key = defaulted(&mut o.metadata);
+                crate::compact::http_route(&mut o);
                 let ext_changed = if ext.is_empty() {
                     self.http_route_ext.remove(&key).is_some()
                 } else {
@@ -326,6 +327,7 @@ impl Store {
             }
             Object::GrpcRoute(mut o) => {
                 let key = defaulted(&mut o.metadata);
+                crate::compact::http_route(&mut o);
                 put(&mut self.grpc_routes, key, Arc::new(*o))
             }
             Object::ReferenceGrant(mut o) => {

@@ -358,6 +358,8 @@ pub fn attach_route(
         }
         parents.push(parent_status(controller_name, parent, &target, conditions));
     }
+    // Kept while the decision stands; pushes reserved room for four.
+    placements.shrink_to_fit();
     Attached {
         status: Arc::new(HttpRouteStatus { parents }),
         placements,

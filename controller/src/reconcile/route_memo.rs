@@ -3,10 +3,10 @@
 //! has attached. A run compiles and attaches only the routes that are new or stale, and
 //! names them (see [`RouteMemo::changed`]) so translation rebuilds only what they feed.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-use gateway_api::httproutes::HttpRoute;
+use gateway_api::httproutes::{HttpRoute, HttpRouteStatus};
 use imbl::ordmap::DiffItem;
 
 use super::backend::BackendResolver;
@@ -44,6 +44,7 @@ pub(super) struct RouteMemo {
     /// Per (Gateway, listener index), the routes attached there, kept by adding and
     /// removing each changed route's placements.
     listener_routes: BTreeMap<(ObjectKey, usize), usize>,
+    shared: SharedStatuses,
     /// The routes this run compiled, attached again or dropped; `None` when every
     /// route was attached again (the Gateway side changed, or the first run).
     changed: Option<Vec<RouteId>>,
@@ -137,6 +138,7 @@ impl RouteMemo {
             side: gateway_side,
             listener_routes: &mut self.listener_routes,
             redone: &mut self.redone,
+            shared: &mut self.shared,
         };
         if everything {
             let kinds = [
@@ -212,6 +214,7 @@ struct Attach<'a, 's, 'g> {
     side: GatewaySideRefs<'a, 'g>,
     listener_routes: &'a mut BTreeMap<(ObjectKey, usize), usize>,
     redone: &'a mut Redone,
+    shared: &'a mut SharedStatuses,
 }
 
 impl Attach<'_, '_, '_> {
@@ -221,7 +224,7 @@ impl Attach<'_, '_, '_> {
             return;
         }
         self.redone.attached += 1;
-        let attached = super::route::attach_route(
+        let mut attached = super::route::attach_route(
             self.store,
             self.side.sets,
             self.side.controller_name,
@@ -229,6 +232,7 @@ impl Attach<'_, '_, '_> {
             &c.object,
             self.side.gateways,
         );
+        attached.status = self.shared.share(attached.status);
         // Actions for a Gateway the route no longer serves on are not needed.
         c.actions
             .retain(|gw| attached.placements.iter().any(|p| p.gateway == *gw));
@@ -240,6 +244,31 @@ impl Attach<'_, '_, '_> {
                 .or_default() += 1;
         }
         c.attached = Some(attached);
+    }
+}
+
+/// Statuses recently reported, to share. A status names no route: routes attached
+/// alike (same parents, accepted, references resolved, same generation) report equal
+/// ones, and 5,000 copies of one status were 2 MiB of the reconciler's memo (and as
+/// much again in the publisher's stamped copy, which shares when its input does). The
+/// last few distinct ones catch runs of alike routes at a few comparisons per attach;
+/// holding them keeps at most that many statuses alive after their routes go.
+#[derive(Default)]
+struct SharedStatuses(VecDeque<Arc<HttpRouteStatus>>);
+
+impl SharedStatuses {
+    const KEPT: usize = 8;
+
+    /// An equal status already shared, or `status`, now kept for the next routes.
+    fn share(&mut self, status: Arc<HttpRouteStatus>) -> Arc<HttpRouteStatus> {
+        if let Some(same) = self.0.iter().find(|s| **s == status) {
+            return Arc::clone(same);
+        }
+        if self.0.len() == Self::KEPT {
+            self.0.pop_back();
+        }
+        self.0.push_front(Arc::clone(&status));
+        status
     }
 }
 
