@@ -8,6 +8,7 @@ use std::time::Duration;
 use aether_controller::{Reconciler, Settings};
 use aether_proxy::access_log::{self, AccessLog};
 use aether_proxy::state::ProxyState;
+use aether_proxy::trace::{self, Tracer};
 use aether_proxy::upstream::UpstreamSettings;
 use aether_proxy::{ListenerManager, overload};
 use anyhow::Context;
@@ -28,6 +29,7 @@ pub(crate) const SETTLE: Duration = Duration::from_millis(100);
 pub async fn run(args: RunArgs, workers: &[tokio::runtime::Handle]) -> anyhow::Result<()> {
     let prometheus = crate::metrics::install()?;
     let access_log = start_access_log(&args)?;
+    let tracer = start_tracer(&args)?;
     let proxy = ProxyState::new(
         &UpstreamSettings {
             mesh: crate::mesh::settings(&args.mesh)?,
@@ -35,6 +37,7 @@ pub async fn run(args: RunArgs, workers: &[tokio::runtime::Handle]) -> anyhow::R
         },
         args.xff_trusted_hops,
         access_log,
+        tracer,
     );
     proxy
         .max_request_body
@@ -89,6 +92,14 @@ pub async fn run(args: RunArgs, workers: &[tokio::runtime::Handle]) -> anyhow::R
             tracing::warn!(error = %e, "could not flush the access log");
         }
     }
+    if let Some(tracer) = tracer {
+        // The spans of the last requests are still queued for the collector.
+        let flushed =
+            tokio::task::spawn_blocking(move || tracer.flush(Duration::from_secs(5))).await;
+        if let Err(e) = flushed {
+            tracing::warn!(error = %e, "could not flush the trace exporter");
+        }
+    }
     tracing::info!("drained; exiting");
     Ok(())
 }
@@ -108,6 +119,20 @@ fn start_access_log(args: &RunArgs) -> anyhow::Result<Option<&'static AccessLog>
     let log = AccessLog::start(settings, Box::new(std::io::stdout()))
         .context("cannot start the access log writer")?;
     Ok(Some(log))
+}
+
+/// Starts the OTLP span exporter when `--otlp-endpoint` is set.
+fn start_tracer(args: &RunArgs) -> anyhow::Result<Option<&'static Tracer>> {
+    let Some(endpoint) = &args.otlp_endpoint else {
+        return Ok(None);
+    };
+    let settings = trace::Settings {
+        endpoint: endpoint.clone(),
+        sample: args.trace_sample,
+    };
+    let tracer = Tracer::start(&settings).map_err(anyhow::Error::msg)?;
+    tracing::info!(%endpoint, sample = args.trace_sample, "exporting request spans over OTLP");
+    Ok(Some(tracer))
 }
 
 /// Standalone: serves the manifests until SIGTERM/SIGINT.

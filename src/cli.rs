@@ -163,6 +163,18 @@ pub struct RunArgs {
     #[arg(long, default_value = "1xx,2xx,3xx,4xx,5xx", value_parser = aether_proxy::access_log::StatusClasses::parse, value_name = "CLASSES")]
     pub access_log_status: aether_proxy::access_log::StatusClasses,
 
+    /// Export one server span per traced request over OTLP/gRPC to this collector
+    /// (`http://collector:4317`). Off when unset: `traceparent` then passes through
+    /// untouched. On: the edge continues or starts each request's W3C trace and
+    /// forwards `traceparent` with its own span as the parent.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+
+    /// Share of requests traced when the client's `traceparent` does not decide it
+    /// (parent-based: a client's sampled flag is followed either way), from 0 to 1.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_share, value_name = "RATIO")]
+    pub trace_sample: f64,
+
     /// Largest request body a client may announce (Content-Length); more gets 413
     /// before anything reaches a backend. 0: no limit.
     #[arg(long, default_value_t = 0, value_name = "BYTES")]

@@ -11,6 +11,7 @@ use arc_swap::ArcSwap;
 use crate::access_log::AccessLog;
 use crate::mesh::MeshClient;
 use crate::snapshot::Snapshot;
+use crate::trace::Tracer;
 use crate::upstream::{UpstreamSettings, Upstreams};
 
 /// State shared by every listener and connection.
@@ -30,6 +31,9 @@ pub struct ProxyState {
     pub max_request_body: AtomicU64,
     /// Where requests and L4 connections are logged; `None`: access logs are off.
     pub access_log: Option<&'static AccessLog>,
+    /// Where sampled requests' spans go; `None`: tracing is off and `traceparent`
+    /// passes through untouched.
+    pub tracer: Option<&'static Tracer>,
 }
 
 impl ProxyState {
@@ -37,6 +41,7 @@ impl ProxyState {
         settings: &UpstreamSettings,
         trusted_hops: usize,
         access_log: Option<&'static AccessLog>,
+        tracer: Option<&'static Tracer>,
     ) -> Arc<Self> {
         Arc::new(Self {
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
@@ -50,6 +55,7 @@ impl ProxyState {
             trusted_hops,
             max_request_body: AtomicU64::new(0),
             access_log,
+            tracer,
         })
     }
 

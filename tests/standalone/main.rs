@@ -47,5 +47,6 @@ mod takeover;
 mod tls_mixed;
 mod tls_passthrough;
 mod tls_terminate;
+mod traces;
 mod upgrade;
 mod workers;

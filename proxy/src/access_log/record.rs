@@ -122,7 +122,7 @@ impl HttpRecord {
 /// `hops`-th `x-forwarded-for` entry from the right (each trusted proxy appended the
 /// address it saw), the leftmost when there are fewer, else the peer. Entries that are
 /// not addresses leave the peer.
-fn client_ip(peer: IpAddr, headers: &HeaderMap, hops: usize) -> IpAddr {
+pub(crate) fn client_ip(peer: IpAddr, headers: &HeaderMap, hops: usize) -> IpAddr {
     if hops == 0 {
         return peer;
     }
