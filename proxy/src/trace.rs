@@ -197,6 +197,13 @@ impl Tracer {
     /// Starts the exporter thread (its own single-threaded runtime for the gRPC client)
     /// and returns the tracer. Leaked on purpose, like the access log: one per process.
     pub fn start(settings: &Settings) -> Result<&'static Tracer, String> {
+        if !settings.endpoint.starts_with("http://") {
+            return Err(format!(
+                "--otlp-endpoint {}: give the collector's plain OTLP/gRPC address, \
+                 http://host:4317 (TLS to the collector is not supported yet)",
+                settings.endpoint
+            ));
+        }
         let (tx, rx) = mpsc::sync_channel(CAPACITY);
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
         let endpoint = settings.endpoint.clone();

@@ -505,3 +505,65 @@ async fn spans_with_the_right_parent_reach_a_real_otlp_receiver() -> TestResult 
     );
     env.pass()
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stuck_collector_never_holds_a_request() -> TestResult {
+    let env = TestEnv::new()?;
+    let net = env.net;
+    // A "collector" that accepts connections and never says a word: every export
+    // waits for its 5 s bound.
+    let stuck = tokio::net::TcpListener::bind(net.addr(240, 4317)).await?;
+    let stuck_addr = stuck.local_addr()?;
+    let held = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        while let Ok((conn, _)) = stuck.accept().await {
+            conns.push(conn);
+        }
+    });
+    env.write_manifest("all.yaml", &single_route(net, &[]))?;
+    let _echo = env.spawn_echo(net.echo_a(), "a").await?;
+    let endpoint = format!("http://{stuck_addr}");
+    let _edge = env
+        .spawn_edge_args(
+            "edge",
+            &[env.manifests()],
+            &["--otlp-endpoint", &endpoint, "--access-log", "off"],
+        )
+        .await?;
+    let gw = net.gw();
+    env.wait_listener(gw).await?;
+    let mut c = H1Conn::connect(net.client_ip(), gw).await?;
+    // Spread over more than a batch delay, so exports are under way (and stuck)
+    // while requests keep coming.
+    let mut slowest = Duration::ZERO;
+    for i in 0..60 {
+        let t = std::time::Instant::now();
+        let r = c.get("stuck.example.com", &format!("/{i}")).await?;
+        ensure!(r.status == StatusCode::OK, "request {i}: {}", r.status);
+        slowest = slowest.max(t.elapsed());
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // Held by an export, a request would wait out its 5 s bound.
+    ensure!(
+        slowest < Duration::from_secs(2),
+        "a request took {slowest:?} while the collector was stuck"
+    );
+    // The stuck export gives up at its bound and counts what it carried as lost.
+    eventually("spans counted as export_failed", SPAN_WAIT, || async move {
+        let text = metrics_text(net).await?;
+        let failed = metric_sum_where(
+            &text,
+            "aether_trace_spans_dropped_total",
+            "reason=\"export_failed\"",
+        );
+        ensure!(failed >= 1.0, "{text}");
+        ensure!(
+            metric_sum(&text, "aether_trace_spans_exported_total") == 0.0,
+            "{text}"
+        );
+        Ok(())
+    })
+    .await?;
+    held.abort();
+    env.pass()
+}
