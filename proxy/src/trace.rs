@@ -124,6 +124,21 @@ impl TraceParent {
         })
     }
 
+    /// The edge's span after `incoming` (`None`: the edge starts a trace): the same
+    /// trace, a new span ID, and parent-based sampling: the client's decision when it
+    /// made one, else `ratio`.
+    pub fn next(incoming: Option<TraceParent>, ratio: f64) -> TraceParent {
+        let sampled = match incoming {
+            Some(p) => p.sampled(),
+            None => ratio >= 1.0 || fastrand::f64() < ratio,
+        };
+        TraceParent {
+            trace_id: incoming.map_or_else(|| nonzero(|| fastrand::u128(..)), |p| p.trace_id),
+            span_id: nonzero(|| fastrand::u64(..)),
+            flags: u8::from(sampled),
+        }
+    }
+
     pub fn sampled(&self) -> bool {
         self.flags & 1 == 1
     }
@@ -238,17 +253,9 @@ impl Tracer {
             // A tracestate without a valid traceparent belongs to no trace.
             headers.remove(TRACESTATE);
         }
-        let sampled = match incoming {
-            Some(p) => p.sampled(),
-            None => self.sample >= 1.0 || fastrand::f64() < self.sample,
-        };
-        let ours = TraceParent {
-            trace_id: incoming.map_or_else(|| nonzero(|| fastrand::u128(..)), |p| p.trace_id),
-            span_id: nonzero(|| fastrand::u64(..)),
-            flags: u8::from(sampled),
-        };
+        let ours = TraceParent::next(incoming, self.sample);
         headers.insert(TRACEPARENT, ours.to_header());
-        if !sampled {
+        if !ours.sampled() {
             return None;
         }
         Some(Box::new(ServerSpan {
@@ -621,6 +628,32 @@ mod tests {
         // A later version may carry more fields; the first four are read.
         let later = b"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-more";
         assert_eq!(TraceParent::parse(later).map(|p| p.sampled()), Some(false));
+    }
+
+    #[test]
+    fn sampling_follows_the_client_else_the_ratio() {
+        let client = |flags| TraceParent {
+            trace_id: 7,
+            span_id: 9,
+            flags,
+        };
+        for ratio in [0.0, 0.5, 1.0] {
+            // The client's decision wins either way; the trace is kept, the span is new.
+            for flags in [0, 1] {
+                let next = TraceParent::next(Some(client(flags)), ratio);
+                assert_eq!((next.trace_id, next.flags), (7, flags), "ratio {ratio}");
+                assert!(next.span_id != 9 && next.span_id != 0);
+            }
+        }
+        assert!((0..100).all(|_| !TraceParent::next(None, 0.0).sampled()));
+        assert!((0..100).all(|_| TraceParent::next(None, 1.0).sampled()));
+        let half = (0..2000)
+            .filter(|_| TraceParent::next(None, 0.5).sampled())
+            .count();
+        assert!((800..1200).contains(&half), "{half} of 2000 at 0.5");
+        let a = TraceParent::next(None, 1.0);
+        let b = TraceParent::next(None, 1.0);
+        assert!(a.trace_id != 0 && a.trace_id != b.trace_id);
     }
 
     #[test]
