@@ -310,7 +310,22 @@ async fn spans_with_the_right_parent_reach_a_real_otlp_receiver() -> TestResult 
     let env = TestEnv::new()?;
     let net = env.net;
     let jaeger = spawn_jaeger(&env, &jaeger_bin).await?;
-    env.write_manifest("all.yaml", &single_route(net, &[]))?;
+    // Everything to echo "a"; down.example.com to an endpoint where nothing listens.
+    let mut m = single_route(net, &[]);
+    m.push_str(&backend(
+        "default",
+        "svc-down",
+        net.addr(253, ECHO_PORT),
+        true,
+    ));
+    m.push_str(&route(
+        "default",
+        "down",
+        "edge",
+        &["down.example.com"],
+        &[("PathPrefix", "/", "svc-down")],
+    ));
+    env.write_manifest("all.yaml", &m)?;
     let _echo = env.spawn_echo(net.echo_a(), "a").await?;
     let endpoint = format!("http://{}", jaeger.otlp);
     let edge = env
@@ -467,6 +482,38 @@ async fn spans_with_the_right_parent_reach_a_real_otlp_receiver() -> TestResult 
         got[0]
     );
 
+    // 4. An answer the edge made itself, 503: the span is an error and says why.
+    const FAILED_TRACE: &str = "5b8efff798038103d269b633813fc60c";
+    let r = c
+        .send(
+            "GET",
+            "down.example.com",
+            "/down",
+            &[(
+                "traceparent",
+                &format!("00-{FAILED_TRACE}-{CLIENT_SPAN}-01"),
+            )],
+        )
+        .await?;
+    ensure!(r.status == StatusCode::SERVICE_UNAVAILABLE, "{}", r.status);
+    let got = spans(&jaeger, net, FAILED_TRACE, 1).await?;
+    let s = &got[0];
+    let code = &s["status"]["code"];
+    ensure!(
+        code == 2 || code == "STATUS_CODE_ERROR",
+        "an error status: {s}"
+    );
+    for (k, v) in [
+        ("http.route", Value::from("default/down")),
+        ("error.type", "upstream_connect_failed".into()),
+        ("aether.reason", "upstream_connect_failed".into()),
+    ] {
+        ensure!(attr(s, k) == v, "attribute {k} is {}: {s}", attr(s, k));
+    }
+    let status = attr(s, "http.response.status_code");
+    ensure!(status == 503 || status == "503", "{s}");
+    ensure!(s["parentSpanId"] == CLIENT_SPAN, "{s}");
+
     // The access log names the trace each request belonged to.
     let line = access_line(&edge, "/continued").await?;
     ensure!(
@@ -478,12 +525,12 @@ async fn spans_with_the_right_parent_reach_a_real_otlp_receiver() -> TestResult 
     let line = access_line(&edge, "/unsampled").await?;
     ensure!(line["trace_id"] == UNSAMPLED_TRACE, "{line}");
 
-    // Exactly the two sampled requests were exported (counted once the collector
+    // Exactly the three sampled requests were exported (counted once the collector
     // answered); nothing was dropped.
-    eventually("2 spans counted as exported", EVENTUALLY, || async move {
+    eventually("3 spans counted as exported", EVENTUALLY, || async move {
         let text = metrics_text(net).await?;
         ensure!(
-            metric_sum(&text, "aether_trace_spans_exported_total") == 2.0
+            metric_sum(&text, "aether_trace_spans_exported_total") == 3.0
                 && metric_sum(&text, "aether_trace_spans_dropped_total") == 0.0,
             "{text}"
         );
