@@ -123,6 +123,17 @@ async fn request_ids_round_trip_and_traceparent_passes_when_tracing_is_off() -> 
         "{line}"
     );
 
+    // The same over HTTP/2 (h2c).
+    let mut h2 = H2Conn::connect(net.client_ip(), gw).await?;
+    let r = h2.get("ids.example.com", "/h2").await?;
+    let sent = r.echo()?.header("x-request-id").map(str::to_owned);
+    ensure!(
+        sent.as_deref().is_some_and(|s| s.len() == 36)
+            && sent.as_deref() == r.header("x-request-id"),
+        "h2: backend {sent:?}, client {:?}",
+        r.header("x-request-id")
+    );
+
     // One the edge will not pass on (too long): replaced.
     let long = "x".repeat(200);
     let replaced = c
