@@ -164,7 +164,8 @@ pub struct RunArgs {
     pub access_log_status: aether_proxy::access_log::StatusClasses,
 
     /// Export one server span per traced request over OTLP/gRPC to this collector
-    /// (`http://collector:4317`). Off when unset: `traceparent` then passes through
+    /// (`http://collector:4317`; `https://` verifies it against the system's roots, or
+    /// SSL_CERT_FILE). Off when unset: `traceparent` then passes through
     /// untouched. On: the edge continues or starts each request's W3C trace and
     /// forwards `traceparent` with its own span as the parent.
     #[arg(long, value_name = "URL")]

@@ -29,7 +29,8 @@ use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
 };
 use opentelemetry::{InstrumentationScope, KeyValue};
-use opentelemetry_otlp::WithExportConfig as _;
+use opentelemetry_otlp::tonic_types::transport::ClientTlsConfig;
+use opentelemetry_otlp::{WithExportConfig as _, WithTonicConfig as _};
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter as _, SpanLinks};
 
 use crate::http::ConnInfo;
@@ -212,10 +213,11 @@ impl Tracer {
     /// Starts the exporter thread (its own single-threaded runtime for the gRPC client)
     /// and returns the tracer. Leaked on purpose, like the access log: one per process.
     pub fn start(settings: &Settings) -> Result<&'static Tracer, String> {
-        if !settings.endpoint.starts_with("http://") {
+        if !(settings.endpoint.starts_with("http://") || settings.endpoint.starts_with("https://"))
+        {
             return Err(format!(
-                "--otlp-endpoint {}: give the collector's plain OTLP/gRPC address, \
-                 http://host:4317 (TLS to the collector is not supported yet)",
+                "--otlp-endpoint {}: give the collector's OTLP/gRPC URL, http://host:4317 \
+                 or https://host:4317",
                 settings.endpoint
             ));
         }
@@ -508,11 +510,18 @@ fn export_thread(endpoint: &str, rx: Receiver<Entry>, ready: &SyncSender<Result<
     let built = {
         // The gRPC channel is made on this runtime (and connects lazily).
         let _entered = runtime.enter();
-        opentelemetry_otlp::SpanExporter::builder()
+        let builder = opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
             .with_endpoint(endpoint)
-            .with_timeout(EXPORT_TIMEOUT)
-            .build()
+            .with_timeout(EXPORT_TIMEOUT);
+        if endpoint.starts_with("https://") {
+            // The system's roots (SSL_CERT_FILE / SSL_CERT_DIR point elsewhere).
+            builder
+                .with_tls_config(ClientTlsConfig::new().with_native_roots())
+                .build()
+        } else {
+            builder.build()
+        }
     };
     let mut exporter = match built {
         Ok(e) => e,

@@ -172,7 +172,23 @@ async fn request_ids_round_trip_and_traceparent_passes_when_tracing_is_off() -> 
 }
 
 /// Jaeger's config: OTLP/gRPC in, memory store, query API; every socket on `net`.
-fn jaeger_config(otlp: SocketAddr, query: SocketAddr, query_grpc: SocketAddr) -> String {
+/// With `tls` (certificate and key files), the OTLP receiver speaks TLS only.
+fn jaeger_config(
+    otlp: SocketAddr,
+    query: SocketAddr,
+    query_grpc: SocketAddr,
+    tls: Option<(&std::path::Path, &std::path::Path)>,
+) -> String {
+    let tls = tls.map_or_else(String::new, |(cert, key)| {
+        format!(
+            "
+        tls:
+          cert_file: {}
+          key_file: {}",
+            cert.display(),
+            key.display()
+        )
+    });
     format!(
         "service:
   extensions: [jaeger_storage, jaeger_query]
@@ -202,7 +218,7 @@ receivers:
   otlp:
     protocols:
       grpc:
-        endpoint: {otlp}
+        endpoint: {otlp}{tls}
 exporters:
   jaeger_storage_exporter:
     trace_storage: mem
@@ -217,7 +233,11 @@ struct Jaeger {
     query: SocketAddr,
 }
 
-async fn spawn_jaeger(env: &TestEnv, bin: &std::path::Path) -> Result<Jaeger, BoxError> {
+async fn spawn_jaeger(
+    env: &TestEnv,
+    bin: &std::path::Path,
+    tls: Option<(&std::path::Path, &std::path::Path)>,
+) -> Result<Jaeger, BoxError> {
     let net = env.net;
     let (otlp, query, query_grpc) = (
         net.addr(240, 4317),
@@ -225,7 +245,7 @@ async fn spawn_jaeger(env: &TestEnv, bin: &std::path::Path) -> Result<Jaeger, Bo
         net.addr(240, 16685),
     );
     let config = env.dir.path().join("jaeger.yaml");
-    std::fs::write(&config, jaeger_config(otlp, query, query_grpc))?;
+    std::fs::write(&config, jaeger_config(otlp, query, query_grpc, tls))?;
     let mut cmd = std::process::Command::new(bin);
     cmd.arg("--config").arg(&config);
     let mut proc = env.spawn_cmd(cmd, "jaeger")?;
@@ -320,7 +340,7 @@ async fn spans_with_the_right_parent_reach_a_real_otlp_receiver() -> TestResult 
     };
     let env = TestEnv::new()?;
     let net = env.net;
-    let jaeger = spawn_jaeger(&env, &jaeger_bin).await?;
+    let jaeger = spawn_jaeger(&env, &jaeger_bin, None).await?;
     // Everything to echo "a"; down.example.com to an endpoint where nothing listens.
     let mut m = single_route(net, &[]);
     m.push_str(&backend(
@@ -623,5 +643,70 @@ async fn a_stuck_collector_never_holds_a_request() -> TestResult {
     })
     .await?;
     held.abort();
+    env.pass()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn spans_reach_a_collector_over_tls() -> TestResult {
+    let Some(jaeger_bin) = test_tool(
+        "tests/jaeger/install.sh",
+        "no Go toolchain, so no Jaeger to receive spans",
+    )?
+    else {
+        return Ok(());
+    };
+    let env = TestEnv::new()?;
+    let net = env.net;
+    // The collector's certificate, from a CA the edge is told to trust the way an
+    // operator would: SSL_CERT_FILE, read with the system's roots.
+    let ca = TestCa::new("collector-ca")?;
+    let leaf = ca.leaf(&[&net.ip_str(240)])?;
+    let dir = env.dir.path();
+    let (ca_file, cert, key) = (
+        dir.join("ca.pem"),
+        dir.join("otlp.pem"),
+        dir.join("otlp.key"),
+    );
+    std::fs::write(&ca_file, &ca.cert_pem)?;
+    std::fs::write(&cert, &leaf.cert_pem)?;
+    std::fs::write(&key, &leaf.key_pem)?;
+    let jaeger = spawn_jaeger(&env, &jaeger_bin, Some((&cert, &key))).await?;
+    env.write_manifest("all.yaml", &single_route(net, &[]))?;
+    let _echo = env.spawn_echo(net.echo_a(), "a").await?;
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_aether-edge"));
+    cmd.args(["run", "--manifests"])
+        .arg(env.manifests())
+        .args(["--admin", &net.admin().to_string()])
+        .args(["--address-pool", &net.pool()])
+        .args(["--otlp-endpoint", &format!("https://{}", jaeger.otlp)])
+        .env("SSL_CERT_FILE", &ca_file)
+        .env("RUST_LOG", "info");
+    let mut edge = env.spawn_cmd(cmd, "edge")?;
+    env.wait_ready(&mut edge).await?;
+    let gw = net.gw();
+    env.wait_listener(gw).await?;
+    let mut c = H1Conn::connect(net.client_ip(), gw).await?;
+    let r = c
+        .send(
+            "GET",
+            "tls.example.com",
+            "/over-tls",
+            &[(
+                "traceparent",
+                &format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"),
+            )],
+        )
+        .await?;
+    let up = r
+        .echo()?
+        .header("traceparent")
+        .ok_or_else(|| err("the backend got no traceparent"))?
+        .to_owned();
+    let [_, _, edge_span, _] = traceparent_fields(&up)?;
+    let got = spans(&jaeger, net, CLIENT_TRACE, 1).await?;
+    ensure!(
+        got.len() == 1 && got[0]["spanId"] == edge_span && got[0]["parentSpanId"] == CLIENT_SPAN,
+        "the span over TLS: {got:?}"
+    );
     env.pass()
 }
