@@ -8,6 +8,7 @@ use std::time::Duration;
 use aether_controller::{Reconciler, Settings};
 use aether_proxy::access_log::AccessLog;
 use aether_proxy::state::ProxyState;
+use aether_proxy::trace::Tracer;
 use aether_proxy::{ListenerManager, overload};
 use anyhow::Context;
 use arc_swap::ArcSwap;
@@ -48,7 +49,11 @@ pub async fn run(config: Config, workers: &[tokio::runtime::Handle]) -> anyhow::
         .as_ref()
         .map(crate::mesh::start)
         .transpose()?;
-    let proxy = ProxyState::new(&proxy_config, mesh, access_log);
+    let tracer = match &proxy_config.tracing {
+        Some(settings) => Some(start_tracer(settings)?),
+        None => None,
+    };
+    let proxy = ProxyState::new(&proxy_config, mesh, access_log, tracer);
     if let Some(budget) = overload::budget(proxy_config.memory_budget).await {
         tracing::info!(budget, "shedding load above this resident memory");
         overload::spawn_monitor(Arc::clone(&proxy), budget);
@@ -86,8 +91,23 @@ pub async fn run(config: Config, workers: &[tokio::runtime::Handle]) -> anyhow::
             tracing::warn!(error = %e, "could not flush the access log");
         }
     }
+    if let Some(tracer) = tracer {
+        // The spans of the last requests are still queued for the collector.
+        let flushed =
+            tokio::task::spawn_blocking(move || tracer.flush(Duration::from_secs(5))).await;
+        if let Err(e) = flushed {
+            tracing::warn!(error = %e, "could not flush the trace exporter");
+        }
+    }
     tracing::info!("drained; exiting");
     Ok(())
+}
+
+/// Starts the OTLP span exporter (`--otlp-endpoint`).
+fn start_tracer(settings: &aether_proxy::trace::Settings) -> anyhow::Result<&'static Tracer> {
+    let tracer = Tracer::start(settings).map_err(anyhow::Error::msg)?;
+    tracing::info!(endpoint = %settings.endpoint, sample = settings.sample, "exporting request spans over OTLP");
+    Ok(tracer)
 }
 
 /// Standalone: serves the manifests until SIGTERM/SIGINT.

@@ -169,6 +169,19 @@ pub struct RunArgs {
     #[arg(long, default_value_t = access_log::Settings::DEFAULT.statuses, value_parser = access_log::StatusClasses::parse, value_name = "CLASSES")]
     pub access_log_status: access_log::StatusClasses,
 
+    /// Export one server span per traced request over OTLP/gRPC to this collector
+    /// (`http://collector:4317`; `https://` verifies it against the system's roots, or
+    /// SSL_CERT_FILE). Off when unset: `traceparent` then passes through
+    /// untouched. On: the edge continues or starts each request's W3C trace and
+    /// forwards `traceparent` with its own span as the parent.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+
+    /// Share of requests traced when the client's `traceparent` does not decide it
+    /// (parent-based: a client's sampled flag is followed either way), from 0 to 1.
+    #[arg(long, default_value_t = aether_proxy::trace::Settings::DEFAULT_SAMPLE, value_parser = parse_share, value_name = "RATIO")]
+    pub trace_sample: f64,
+
     /// Largest request body a client may announce (Content-Length); more gets 413
     /// before anything reaches a backend. 0: no limit.
     #[arg(long, default_value_t = 0, value_name = "BYTES")]

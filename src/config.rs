@@ -118,6 +118,12 @@ impl RunArgs {
                 sample: self.access_log_sample,
                 statuses: self.access_log_status,
             }),
+            tracing: self
+                .otlp_endpoint
+                .map(|endpoint| aether_proxy::trace::Settings {
+                    endpoint,
+                    sample: self.trace_sample,
+                }),
             memory_budget: match self.memory_budget {
                 None => MemoryBudget::FromCgroup,
                 Some(0) => MemoryBudget::Off,

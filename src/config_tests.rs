@@ -170,3 +170,27 @@ fn kubernetes_combinations_are_checked_once() {
     assert!(kube.internal_ports.is_some());
     assert!(kube.watch_pods, "mesh mode needs the pods' identities");
 }
+
+#[test]
+fn traces_are_exported_only_with_an_endpoint() {
+    let off = config(&["run", "--manifests", "m", "--trace-sample", "0.5"], &[]).unwrap();
+    assert_eq!(off.proxy.tracing, None);
+    let on = config(
+        &[
+            "run",
+            "--manifests",
+            "m",
+            "--otlp-endpoint",
+            "http://127.0.0.1:4317",
+            "--trace-sample",
+            "0.5",
+        ],
+        &[],
+    )
+    .unwrap();
+    let tracing = on.proxy.tracing.unwrap();
+    assert_eq!(
+        (tracing.endpoint.as_str(), tracing.sample),
+        ("http://127.0.0.1:4317", 0.5)
+    );
+}

@@ -9,9 +9,9 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::access_log;
 use crate::limits::Limits;
 use crate::upstream::UpstreamSettings;
+use crate::{access_log, trace};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProxyConfig {
@@ -30,6 +30,8 @@ pub struct ProxyConfig {
     pub drain_timeout: Duration,
     /// `None`: access logs are off.
     pub access_log: Option<access_log::Settings>,
+    /// `None`: no spans are exported and `traceparent` passes through untouched.
+    pub tracing: Option<trace::Settings>,
     pub memory_budget: MemoryBudget,
 }
 
@@ -42,6 +44,7 @@ impl ProxyConfig {
         max_request_body: None,
         drain_timeout: Duration::from_secs(30),
         access_log: Some(access_log::Settings::DEFAULT),
+        tracing: None,
         memory_budget: MemoryBudget::FromCgroup,
     };
 }

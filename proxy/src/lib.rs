@@ -28,6 +28,7 @@ pub mod snapshot;
 pub mod state;
 pub mod telemetry;
 pub mod tls;
+pub mod trace;
 pub mod upstream;
 pub mod workers;
 

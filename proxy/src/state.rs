@@ -12,6 +12,7 @@ use crate::access_log::AccessLog;
 use crate::config::ProxyConfig;
 use crate::mesh::{MeshClient, MeshSettings};
 use crate::snapshot::Snapshot;
+use crate::trace::Tracer;
 use crate::upstream::{UpstreamSettings, Upstreams};
 
 /// State shared by every listener and connection.
@@ -31,6 +32,9 @@ pub struct ProxyState {
     pub max_request_body: Option<u64>,
     /// Where requests and L4 connections are logged; `None`: access logs are off.
     pub access_log: Option<&'static AccessLog>,
+    /// Where sampled requests' spans go; `None`: tracing is off and `traceparent`
+    /// passes through untouched.
+    pub tracer: Option<&'static Tracer>,
 }
 
 impl ProxyState {
@@ -40,6 +44,7 @@ impl ProxyState {
         config: &ProxyConfig,
         mesh: Option<MeshSettings>,
         access_log: Option<&'static AccessLog>,
+        tracer: Option<&'static Tracer>,
     ) -> Arc<Self> {
         Arc::new(Self {
             snapshot: ArcSwap::from_pointee(Snapshot::default()),
@@ -52,6 +57,7 @@ impl ProxyState {
             trusted_hops: config.trusted_hops,
             max_request_body: config.max_request_body,
             access_log,
+            tracer,
         })
     }
 

@@ -57,6 +57,9 @@ pub const ENDPOINT_EVENTS_IGNORED_TOTAL: &str = "aether_endpoint_events_ignored_
 pub const BUILD_INFO: &str = "aether_build_info";
 /// Access-log lines lost because the writer fell behind (see `crate::access_log`).
 pub const ACCESS_LOG_DROPPED_TOTAL: &str = "aether_access_log_dropped_total";
+/// Spans sent to the OTLP collector, and those lost (see `crate::trace`).
+pub const TRACE_SPANS_EXPORTED_TOTAL: &str = "aether_trace_spans_exported_total";
+pub const TRACE_SPANS_DROPPED_TOTAL: &str = "aether_trace_spans_dropped_total";
 
 /// What a metric is: its `# TYPE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -324,6 +327,18 @@ pub const DESCRIPTIONS: &[Description] = &[
         C,
         COUNT,
         "Access-log lines dropped because the writer fell behind (stdout slow or blocked); requests are never held for the log.",
+    ),
+    d(
+        TRACE_SPANS_EXPORTED_TOTAL,
+        C,
+        COUNT,
+        "Request spans the OTLP collector accepted (--otlp-endpoint).",
+    ),
+    d(
+        TRACE_SPANS_DROPPED_TOTAL,
+        C,
+        COUNT,
+        "Request spans lost, by reason: queue_full (the exporter fell behind; requests never wait for it) or export_failed (the collector refused or could not be reached).",
     ),
     d(
         BUILD_INFO,

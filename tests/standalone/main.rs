@@ -47,6 +47,7 @@ mod takeover;
 mod tls_mixed;
 mod tls_passthrough;
 mod tls_terminate;
+mod traces;
 mod upgrade;
 mod upstream_connect;
 mod workers;

@@ -13,6 +13,7 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use super::HttpRecord;
 use crate::http::ResponseBody;
+use crate::trace::ServerSpan;
 
 /// The client's request body; counts its bytes when the request is logged.
 pub struct RequestBody {
@@ -59,10 +60,11 @@ impl std::fmt::Debug for RequestBody {
     }
 }
 
-/// The answer's body; with a record, counts what is sent and ends the record.
+/// The answer's body; with a record or a span, counts what is sent and ends them.
 pub struct LoggedBody {
     inner: ResponseBody,
     record: Option<Box<HttpRecord>>,
+    span: Option<Box<ServerSpan>>,
     sent: u64,
 }
 
@@ -71,8 +73,19 @@ impl LoggedBody {
         Self {
             inner,
             record,
+            span: None,
             sent: 0,
         }
+    }
+
+    /// The same, also ending the request's server span.
+    pub(crate) fn traced(mut self, span: Option<Box<ServerSpan>>) -> Self {
+        self.span = span;
+        self
+    }
+
+    fn observed(&self) -> bool {
+        self.record.is_some() || self.span.is_some()
     }
 
     fn finish(&mut self, complete: bool) {
@@ -81,6 +94,9 @@ impl LoggedBody {
             r.duration = r.started.elapsed();
             r.complete = complete;
             r.log.http(r);
+        }
+        if let Some(s) = self.span.take() {
+            s.end(self.sent);
         }
     }
 }
@@ -95,7 +111,7 @@ impl Body for LoggedBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        if this.record.is_some() {
+        if this.observed() {
             match &polled {
                 Poll::Ready(Some(Ok(frame))) => {
                     if let Some(data) = frame.data_ref() {
@@ -136,6 +152,7 @@ impl std::fmt::Debug for LoggedBody {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LoggedBody")
             .field("logged", &self.record.is_some())
+            .field("traced", &self.span.is_some())
             .finish_non_exhaustive()
     }
 }

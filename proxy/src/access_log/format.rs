@@ -61,23 +61,11 @@ fn protocol(v: Version) -> &'static str {
     }
 }
 
-/// The trace ID of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), if valid.
+/// The trace ID of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), if valid:
+/// the same parser the edge continues traces with (`crate::trace`).
 pub(super) fn trace_id(traceparent: &HeaderValue) -> Option<&str> {
-    let s = traceparent.to_str().ok()?.trim();
-    let mut parts = s.split('-');
-    let (version, trace, parent, flags) =
-        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let hex = |p: &str, n: usize| {
-        p.len() == n && p.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    };
-    let valid = hex(version, 2)
-        && version != "ff"
-        && hex(trace, 32)
-        && hex(parent, 16)
-        && hex(flags, 2)
-        && trace.bytes().any(|b| b != b'0')
-        && parent.bytes().any(|b| b != b'0');
-    valid.then_some(trace)
+    crate::trace::TraceParent::parse(traceparent.as_bytes())?;
+    traceparent.to_str().ok()?.get(3..35)
 }
 
 pub(super) fn http_fields(r: &HttpRecord) -> [Field<'_>; 24] {

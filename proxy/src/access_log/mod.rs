@@ -20,6 +20,7 @@ use std::time::Duration;
 use metrics::Counter;
 
 pub use body::{LoggedBody, RequestBody};
+pub(crate) use record::client_ip;
 pub use record::{HttpRecord, L4Record, begin_http};
 
 use crate::telemetry;

@@ -7,16 +7,14 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant, SystemTime};
 
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri, Version, header};
+use http::{HeaderMap, HeaderValue, Method, Request, Uri, Version, header};
 
 use super::AccessLog;
 use crate::http::{ConnInfo, X_FORWARDED_FOR};
 use crate::l4::L4Target;
 use crate::routing::RuleAction;
 use crate::snapshot::Listener;
-
-const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+use crate::trace::{TRACEPARENT, X_REQUEST_ID};
 
 /// One HTTP request's line.
 pub struct HttpRecord {
@@ -122,7 +120,7 @@ impl HttpRecord {
 /// `hops`-th `x-forwarded-for` entry from the right (each trusted proxy appended the
 /// address it saw), the leftmost when there are fewer, else the peer. Entries that are
 /// not addresses leave the peer.
-fn client_ip(peer: IpAddr, headers: &HeaderMap, hops: usize) -> IpAddr {
+pub(crate) fn client_ip(peer: IpAddr, headers: &HeaderMap, hops: usize) -> IpAddr {
     if hops == 0 {
         return peer;
     }

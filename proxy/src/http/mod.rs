@@ -34,6 +34,7 @@ use crate::cors::Cors;
 use crate::filters::{Redirect, RedirectInput};
 use crate::routing::RuleAction;
 use crate::telemetry::RouteStats;
+use crate::trace::{self, ServerSpan};
 
 /// A request body sent upstream: the client's stream, or one the proxy made (a
 /// mirrored or replayed request's).
@@ -45,6 +46,9 @@ type Req = Request<RequestBody>;
 
 /// A request's access-log record, when it is logged.
 type Record = Option<Box<HttpRecord>>;
+
+/// A request's server span, when tracing is on and the request is sampled.
+type Span = Option<Box<ServerSpan>>;
 
 /// An answer's body: the upstream's stream, or one the proxy made.
 pub type ResponseBody = Either<UpstreamBody, Full<Bytes>>;
@@ -91,22 +95,34 @@ impl ConnInfo {
 pub async fn handle(
     state: Arc<ProxyState>,
     conn: Arc<ConnInfo>,
-    req: Request<Incoming>,
+    mut req: Request<Incoming>,
 ) -> Result<Response<LoggedBody>, Infallible> {
     let started = Instant::now();
     if req.uri().path() == READYZ_PATH {
         // Load-balancer probes, once a second per balancer: not access-logged.
         return Ok(readyz(&state).map(|b| LoggedBody::new(b, None)));
     }
+    // Before the access log reads them: the upstream, the log and the client see the
+    // same request ID and (tracing on) the edge's traceparent.
+    let request_id = trace::ensure_request_id(req.headers_mut());
+    let mut span = match state.tracer {
+        Some(tracer) => tracer.begin(&mut req, &conn, state.trusted_hops, started),
+        None => None,
+    };
     let mut record =
         access_log::begin_http(state.access_log, &conn, &req, state.trusted_hops, started);
     let counter = record.as_ref().and_then(|r| r.request_counter());
     let req = req.map(|b| RequestBody::new(b, counter));
-    let (resp, status, reason) = answer(&state, &conn, req, started, &mut record).await;
+    let (mut resp, status, reason) =
+        answer(&state, &conn, req, started, &mut record, &mut span).await;
+    resp.headers_mut().insert(trace::X_REQUEST_ID, request_id);
     if let Some(r) = record.as_mut() {
         r.set_answer(status.as_u16(), reason);
     }
-    Ok(resp.map(|b| LoggedBody::new(b, record)))
+    if let Some(s) = span.as_mut() {
+        s.set_answer(status.as_u16(), reason);
+    }
+    Ok(resp.map(|b| LoggedBody::new(b, record).traced(span)))
 }
 
 /// The answer to a request, the status it counts as (the HTTP one, also when a gRPC
@@ -117,6 +133,7 @@ async fn answer(
     req: Req,
     started: Instant,
     record: &mut Record,
+    span: &mut Span,
 ) -> (Response<ResponseBody>, StatusCode, Option<&'static str>) {
     if state.shedding.load(Ordering::Relaxed) {
         metrics::counter!(crate::telemetry::OVERLOAD_SHED_TOTAL, "what" => "request").increment(1);
@@ -161,10 +178,16 @@ async fn answer(
         }
     };
     let action = &routed.action;
+    if let Some(s) = span.as_mut() {
+        s.set_rule(action);
+    }
     let mut tried = attempts::Tried::default();
     let result = forward(state, conn, &routed, req, &mut tried).await;
     if let (Some(r), Some(endpoint)) = (record.as_mut(), tried.endpoint) {
         r.set_upstream(endpoint, tried.retries, started.elapsed());
+    }
+    if let (Some(s), Some(endpoint)) = (span.as_mut(), tried.endpoint) {
+        s.set_upstream(endpoint);
     }
     let (resp, status, reason) = match result {
         Ok((resp, local)) => {
@@ -271,7 +294,7 @@ fn route(
 }
 
 /// `host:port` without the port (IPv6 literals keep their brackets).
-fn strip_port(authority: &str) -> &str {
+pub(crate) fn strip_port(authority: &str) -> &str {
     authority
         .rsplit_once(':')
         .filter(|(h, p)| !h.ends_with(':') && p.bytes().all(|b| b.is_ascii_digit()))
