@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Jaeger v2 (cmd/jaeger: the OpenTelemetry collector with OTLP gRPC/HTTP receivers, an
 # in-memory trace store and the query HTTP API), built from the Go module proxy into
-# target/tools/ once; prints the binary's path. tests/standalone/tracing.rs runs it as
+# target/tools/ once; prints the binary's path. tests/standalone/traces.rs runs it as
 # the real OTLP receiver the edge exports its spans to.
 #
 # Pinned by go.mod/go.sum beside this script (a `tool` directive), so the build is the
