@@ -41,15 +41,15 @@ impl Pki {
         Ok((Self { cas, clients }, yaml))
     }
 
-    /// `r` over TLS to `addr`: the handshake as `tls` says, then HTTP/1.1.
-    pub(super) async fn send(
+    /// A TLS session to `addr` as `tls` says (trust, client certificate, SNI defaulting
+    /// to `host`, ALPN `h2` or `http/1.1`).
+    pub(super) async fn connect(
         &self,
         net: Net,
         addr: SocketAddr,
         host: &str,
-        r: &Request,
         tls: &TlsRequest,
-    ) -> Result<Resp, BoxError> {
+    ) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, BoxError> {
         let ca = self
             .cas
             .get(&tls.trust)
@@ -66,28 +66,13 @@ impl Pki {
         let config = client_config(&ca.cert_der, &[alpn], client)?;
         let sni = tls.sni.as_deref().unwrap_or(host);
         let stream = tls_connect_with(net.client_ip(), addr, sni, &config).await?;
-        let headers: Vec<(&str, &str)> = r
-            .headers
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .collect();
-        let method = r.method.as_deref().unwrap_or("GET");
-        let path = r.path.as_deref().unwrap_or("/");
         if tls.http2 {
             let chosen = stream.get_ref().1.alpn_protocol();
             ensure!(
                 chosen == Some(b"h2"),
                 "the edge chose ALPN {chosen:?}, not h2"
             );
-            H2Conn::over(stream)
-                .await?
-                .send(method, host, path, &headers)
-                .await
-        } else {
-            H1Conn::over(stream)
-                .await?
-                .send(method, host, path, &headers)
-                .await
         }
+        Ok(stream)
     }
 }

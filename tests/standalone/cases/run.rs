@@ -219,10 +219,7 @@ pub(super) async fn run_case_inner(
         let deadline = Instant::now() + REQUEST_SETTLE;
         loop {
             let req = with_fresh_uuid(&rc.request);
-            let sent = match &req.tls {
-                Some(tls) => pki.send(net, addr, &host, &req, tls).await,
-                None => send(net, addr, &host, &req).await,
-            };
+            let sent = send(net, &pki, addr, &host, &req).await;
             let mut diffs = match sent {
                 Ok(resp) if rc.expect.tls_refused => vec![format!(
                     "expected the TLS handshake refused, got status {}",
@@ -339,8 +336,11 @@ pub(super) fn describe(i: usize, r: &Request, host: &str) -> String {
     s
 }
 
+/// Sends `r` to `addr`: plain HTTP/1.1, or over TLS as `r.tls` says (HTTP/2 when
+/// it asks for it).
 pub(super) async fn send(
     net: Net,
+    pki: &Pki,
     addr: SocketAddr,
     host: &str,
     r: &Request,
@@ -350,14 +350,28 @@ pub(super) async fn send(
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    let mut conn = H1Conn::connect(net.client_ip(), addr).await?;
-    conn.send(
-        r.method.as_deref().unwrap_or("GET"),
-        host,
-        r.path.as_deref().unwrap_or("/"),
-        &headers,
-    )
-    .await
+    let method = r.method.as_deref().unwrap_or("GET");
+    let path = r.path.as_deref().unwrap_or("/");
+    match &r.tls {
+        None => {
+            let mut conn = H1Conn::connect(net.client_ip(), addr).await?;
+            conn.send(method, host, path, &headers).await
+        }
+        Some(tls) if tls.http2 => {
+            let stream = pki.connect(net, addr, host, tls).await?;
+            H2Conn::over(stream)
+                .await?
+                .send(method, host, path, &headers)
+                .await
+        }
+        Some(tls) => {
+            let stream = pki.connect(net, addr, host, tls).await?;
+            H1Conn::over(stream)
+                .await?
+                .send(method, host, path, &headers)
+                .await
+        }
+    }
 }
 
 /// Mirrors are fire-and-forget: give each named backend a moment to log the copy.
