@@ -37,6 +37,7 @@ pub fn install() -> anyhow::Result<Exporter> {
         .context("cannot install the metrics recorder")?;
     telemetry::describe();
     telemetry::build_info();
+    telemetry::register_at_zero();
     let process = metrics_process::Collector::default();
     process.describe();
     process.collect();
