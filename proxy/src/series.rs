@@ -356,5 +356,13 @@ mod tests {
         );
         drop(b);
         assert!(!rendered().contains("ns/series-svc:80"));
+
+        // L4 routes' series are there at 0 from the start, and go with the route.
+        let l4 = l4_route(&gw, &Arc::from("ns/series-tcp"));
+        let line =
+            "aether_tcp_connections_total{gateway=\"ns/series-gw\",route=\"ns/series-tcp\"} 0";
+        assert!(rendered().contains(line), "{}", rendered());
+        drop(l4);
+        assert!(!rendered().contains("ns/series-tcp"));
     }
 }
