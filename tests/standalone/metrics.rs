@@ -137,7 +137,8 @@ fn lines_naming<'a>(text: &'a str, what: &str) -> Vec<&'a str> {
 }
 
 /// A route's and its backend's series leave `/metrics` after the reload that removes
-/// them, while a route that stays keeps counting in its series (no reset).
+/// them, while a route that stays keeps counting in its series (no reset), also when a
+/// change compiles it again.
 #[tokio::test(flavor = "multi_thread")]
 async fn removed_route_and_backend_series_are_dropped() -> TestResult {
     let env = TestEnv::new()?;
@@ -247,6 +248,38 @@ async fn removed_route_and_backend_series_are_dropped() -> TestResult {
     ensure!(
         text.contains("# HELP aether_requests_total "),
         "aether_requests_total has no HELP:\n{text}"
+    );
+
+    // A change to route keep compiles it again: its counter still goes on (3).
+    env.write_manifest(
+        "keep.yaml",
+        &route(
+            "default",
+            "keep",
+            "edge",
+            &["keep.example.com", "kept.example.com"],
+            &[("PathPrefix", "/", "svc")],
+        ),
+    )?;
+    eventually(
+        "the changed route serves its new hostname",
+        EVENTUALLY,
+        || async move {
+            let r = h1_get_from(net.client_ip(), net.gw(), "kept.example.com", "/series").await?;
+            ensure!(
+                r.status == StatusCode::OK,
+                "kept.example.com answered {}",
+                r.status
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    let text = metrics_text(net).await?;
+    ensure!(
+        metric_sum_where(&text, "aether_requests_total", keep) == 3.0,
+        "default/keep's series after a change to the route: {:?}",
+        lines_naming(&text, "default/keep")
     );
     env.pass()
 }
