@@ -14,10 +14,14 @@ pub struct Exporter {
 }
 
 impl Exporter {
-    /// `/metrics`: the process metrics read now, then everything in Prometheus text.
+    /// `/metrics`: the process metrics read now, then everything in Prometheus text:
+    /// the recorder's families, then the route and backend series of the Snapshots
+    /// still alive (`aether_proxy::series`, which the recorder never sees).
     pub fn render(&self) -> String {
         self.process.collect();
-        self.prometheus.render()
+        let mut text = self.prometheus.render();
+        aether_proxy::series::render(&mut text);
+        text
     }
 }
 
@@ -33,6 +37,7 @@ pub fn install() -> anyhow::Result<Exporter> {
         .context("cannot install the metrics recorder")?;
     telemetry::describe();
     telemetry::build_info();
+    telemetry::register_at_zero();
     let process = metrics_process::Collector::default();
     process.describe();
     process.collect();

@@ -81,6 +81,10 @@ pub struct Backend {
     /// The BackendTLSPolicy this Service port is reached with, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<Arc<crate::backend_tls::BackendTls>>,
+    /// Connect, TLS, retry and mirror counters: shared with this backend's copies in
+    /// other Snapshots, gone from `/metrics` with the last of them.
+    #[serde(skip)]
+    pub stats: Arc<crate::series::BackendCounters>,
     #[serde(skip)]
     cursor: AtomicUsize,
 }
@@ -88,6 +92,7 @@ pub struct Backend {
 impl Backend {
     pub fn new(name: Arc<str>, protocol: UpstreamProtocol, endpoints: Vec<Endpoint>) -> Self {
         Self {
+            stats: crate::series::backend(&name),
             name,
             protocol,
             endpoints,

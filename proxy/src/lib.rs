@@ -24,6 +24,7 @@ pub mod overload;
 pub mod resumption;
 pub mod retry;
 pub mod routing;
+pub mod series;
 pub mod snapshot;
 pub mod state;
 pub mod telemetry;

@@ -79,6 +79,10 @@ fn parse_vm_rss(status: &str) -> Option<u64> {
 /// Samples memory against `budget` and flips the proxy's shedding flag.
 pub fn spawn_monitor(state: Arc<ProxyState>, budget: u64) {
     let active = metrics::gauge!(crate::telemetry::OVERLOAD_ACTIVE);
+    // Both kinds of shedding at 0 from the start: a dashboard's rate is 0, not empty.
+    for what in ["connection", "request"] {
+        metrics::counter!(crate::telemetry::OVERLOAD_SHED_TOTAL, "what" => what).increment(0);
+    }
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(SAMPLE_EVERY);
         loop {

@@ -1,10 +1,10 @@
 //! Metric names and the per-route handles the hot path increments.
 //!
-//! Handles are registered when a Snapshot is built, or at a route's first answer in a
-//! status class; after that a request bumps a counter without building a label set or
-//! looking anything up in the registry.
+//! Handles are taken when a Snapshot is built; after that a request bumps a counter
+//! without building a label set or looking anything up in the registry. Series labelled
+//! by route or backend live in `crate::series`, which drops them with the route.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, KeyName, SharedString, Unit, counter, gauge, histogram};
@@ -377,28 +377,27 @@ pub fn build_info() {
     }
 }
 
+/// Registers at 0 the label-less counters the chart's dashboard graphs, so a scrape has
+/// them (a rate of 0, not "no data") before the first event: call once at start.
+pub fn register_at_zero() {
+    counter!(TLS_HANDSHAKE_ERRORS_TOTAL).increment(0);
+}
+
 /// Buckets for request durations: 100 µs to 30 s.
 pub const DURATION_BUCKETS: &[f64] = &[
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
     5.0, 10.0, 30.0,
 ];
 
-const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
-
-/// Counters by status class of one route on one Gateway, and that Gateway's duration
-/// histogram.
+/// A route's `aether_requests_total` counters on one Gateway (see `crate::series`:
+/// they leave `/metrics` with the route), and that Gateway's duration histogram.
 ///
-/// Series cost memory in the edge and in every scraper, so they exist only once there
-/// is something to count: a counter is registered on the route's first answer in its
-/// class, and durations are kept per Gateway, not per route (a histogram is 19 series;
-/// per route it made 5,000 idle routes cost 120,000 series).
+/// Series cost memory in the edge and in every scraper, so a status class is rendered
+/// only once it counted something, and durations are kept per Gateway, not per route (a
+/// histogram is 19 series; per route it made 5,000 idle routes cost 120,000 series).
 #[derive(Clone)]
-pub struct RouteStats(Arc<RouteStatsInner>);
-
-struct RouteStatsInner {
-    gateway: Arc<str>,
-    route: Arc<str>,
-    by_class: [OnceLock<Counter>; 5],
+pub struct RouteStats {
+    counters: Arc<crate::series::RouteCounters>,
     duration: Histogram,
 }
 
@@ -406,26 +405,17 @@ impl RouteStats {
     /// Takes the names as shared strings: the caller has them so, and one route's
     /// stats are kept per route (copies were 0.4 MiB at 5,000 routes).
     pub fn new(gateway: impl Into<Arc<str>>, route: impl Into<Arc<str>>) -> Self {
-        let gateway = gateway.into();
+        let (gateway, route) = (gateway.into(), route.into());
         let duration = histogram!(REQUEST_DURATION_SECONDS, "gateway" => gateway.to_string());
-        Self(Arc::new(RouteStatsInner {
-            gateway,
-            route: route.into(),
-            by_class: Default::default(),
+        Self {
+            counters: crate::series::route(&gateway, &route),
             duration,
-        }))
+        }
     }
 
     pub fn record(&self, status: u16, elapsed: Duration) {
-        let s = &self.0;
-        let idx = usize::from(status / 100).saturating_sub(1).min(4);
-        if let (Some(slot), Some(class)) = (s.by_class.get(idx), CLASSES.get(idx)) {
-            slot.get_or_init(|| {
-                counter!(REQUESTS_TOTAL, "gateway" => s.gateway.to_string(), "route" => s.route.to_string(), "code" => *class)
-            })
-            .increment(1);
-        }
-        s.duration.record(elapsed.as_secs_f64());
+        self.counters.answered(status);
+        self.duration.record(elapsed.as_secs_f64());
     }
 }
 
@@ -485,12 +475,4 @@ impl ListenerStats {
 /// `aether_udp_flows_active` of a UDP socket, labelled like `ListenerStats`.
 pub fn udp_flows_active(gateway: &str, sections: &[Arc<str>]) -> Gauge {
     gauge!(UDP_FLOWS_ACTIVE, "gateway" => gateway.to_owned(), "listener" => listener_label(sections))
-}
-
-pub fn upstream_connect_errors(backend: &str) -> Counter {
-    counter!(UPSTREAM_CONNECT_ERRORS_TOTAL, "backend" => backend.to_owned())
-}
-
-pub fn upstream_tls_errors(backend: &str) -> Counter {
-    counter!(UPSTREAM_TLS_ERRORS_TOTAL, "backend" => backend.to_owned())
 }

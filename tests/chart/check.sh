@@ -2,7 +2,9 @@
 # Static checks of the Helm chart and the shell scripts, run by .ci/run:
 #   helm lint --strict; helm template with the default values and with
 #   tests/chart/values-variant.yaml; the grace period computed from drain durations
-#   (minutes, hours, combined); kubernetes-validate --strict on every rendered
+#   (minutes, hours, combined); the ServiceMonitor, PodMonitor and dashboard
+#   ConfigMap (off by default; on, scraping the admin port's /metrics of the right
+#   pods, and the dashboard file unchanged); kubernetes-validate --strict on every rendered
 #   built-in object (custom resources such as GatewayClass only warn); shellcheck on
 #   every shell script. Applying the rendered chart to a real API server is the
 #   `chart_applies_to_a_real_apiserver` test in tests/kubernetes/.
@@ -45,8 +47,49 @@ if "$helm" template g charts/aether-edge --set drainTimeout=2min >/dev/null 2>&1
   exit 1
 fi
 
+# Monitoring: nothing by default. Switched on: a ServiceMonitor selecting the edge
+# Service (the one with the admin port), a PodMonitor selecting every edge pod of the
+# release (dedicated Gateways' pods keep the label through the pod-template ConfigMap),
+# both scraping the admin port's /metrics, and the dashboard file as a ConfigMap.
+fail() { echo "chart monitoring: $*" >&2; exit 1; }
+if grep -qE '^kind: (ServiceMonitor|PodMonitor)$|grafana_dashboard' "$out/default.yaml"; then
+  fail "the default render has a monitor or the dashboard ConfigMap"
+fi
+mon=(mon charts/aether-edge --namespace monitoring --set adminPort=9555
+  --set metrics.serviceMonitor.enabled=true --set metrics.serviceMonitor.labels.release=kps
+  --set metrics.podMonitor.enabled=true --set metrics.dashboard.enabled=true)
+"$helm" template "${mon[@]}" >"$out/monitoring.yaml"
+show() { "$helm" template "${mon[@]}" --show-only "templates/$1"; }
+# has FILE-TEXT PATTERN WHAT: fail unless a line matches PATTERN (extended regexp).
+has() { grep -qE "$2" <<<"$1" || fail "$3"; }
+sm="$(show servicemonitor.yaml)"
+has "$sm" '^kind: ServiceMonitor$' "no ServiceMonitor"
+has "$sm" '^  namespace: monitoring$' "ServiceMonitor not in the release namespace"
+has "$sm" '^    release: kps$' "ServiceMonitor without its extra label"
+has "$sm" '^      - monitoring$' "ServiceMonitor namespaceSelector is not the release namespace"
+has "$(awk '/^  selector:/,/^  endpoints:/' <<<"$sm")" '^      app.kubernetes.io/instance: mon$' "ServiceMonitor does not select the release's Service"
+has "$sm" '^    - port: admin$' "ServiceMonitor does not scrape port admin"
+has "$sm" '^      path: /metrics$' "ServiceMonitor does not scrape /metrics"
+svc="$(show service.yaml)"
+has "$svc" '^    app.kubernetes.io/instance: mon$' "the edge Service lacks the label the ServiceMonitor selects"
+has "$(grep -A1 -- '- name: admin' <<<"$svc")" 'port: 9555' "the edge Service's admin port is not adminPort"
+pm="$(show podmonitor.yaml)"
+has "$pm" '^kind: PodMonitor$' "no PodMonitor"
+has "$(awk '/^  selector:/,/^  podMetricsEndpoints:/' <<<"$pm")" '^      aether.io/edge: mon-aether-edge$' "PodMonitor does not select aether.io/edge"
+has "$pm" '^    - port: admin$' "PodMonitor does not scrape port admin"
+has "$pm" '^      path: /metrics$' "PodMonitor does not scrape /metrics"
+dep="$(show deployment.yaml)"
+has "$dep" '^        aether.io/edge: mon-aether-edge$' "the edge pods lack the label the PodMonitor selects"
+has "$(grep -A1 -- '- name: admin' <<<"$dep")" 'containerPort: 9555' "the pods' admin port is not adminPort"
+has "$(show dedicated-configmap.yaml)" '^        aether.io/edge: mon-aether-edge$' "dedicated pods' template lacks the PodMonitor's label"
+dash="$(show dashboard-configmap.yaml)"
+has "$dash" '^    grafana_dashboard: "1"$' "the dashboard ConfigMap lacks the grafana_dashboard label"
+# The ConfigMap holds the dashboard file unchanged.
+diff <(awk 'f { sub(/^    /, ""); print } /^  aether-edge.json: \|-$/ { f = 1 }' <<<"$dash") \
+  charts/aether-edge/dashboards/aether-edge.json >/dev/null || fail "the dashboard ConfigMap differs from dashboards/aether-edge.json"
+
 # The Kubernetes version the test API server runs (tests/k8s/apiserver/go.mod).
-"$validate" --strict --quiet -k 1.34.0 "$out/default.yaml" "$out/variant.yaml"
+"$validate" --strict --quiet -k 1.34.0 "$out/default.yaml" "$out/variant.yaml" "$out/monitoring.yaml"
 
 if ! command -v shellcheck >/dev/null 2>&1; then
   apt-get update -q && apt-get install -y -q --no-install-recommends shellcheck

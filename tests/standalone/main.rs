@@ -17,6 +17,7 @@ mod cases;
 mod chaos;
 mod client_certs;
 mod conflicts;
+mod dashboard;
 mod forwarded;
 mod gateways;
 mod grpc;

@@ -128,3 +128,158 @@ async fn metrics_count_routed_requests() -> TestResult {
     );
     env.pass()
 }
+
+/// Lines of `/metrics` that name `what` (a route or backend), to show in a failure.
+fn lines_naming<'a>(text: &'a str, what: &str) -> Vec<&'a str> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && l.contains(what))
+        .collect()
+}
+
+/// A route's and its backend's series leave `/metrics` after the reload that removes
+/// them, while a route that stays keeps counting in its series (no reset), also when a
+/// change compiles it again.
+#[tokio::test(flavor = "multi_thread")]
+async fn removed_route_and_backend_series_are_dropped() -> TestResult {
+    let env = TestEnv::new()?;
+    let net = env.net;
+    let gw = net.gw();
+    env.write_manifest("infra.yaml", &serving_infra(net))?;
+    env.write_manifest(
+        "keep.yaml",
+        &route(
+            "default",
+            "keep",
+            "edge",
+            &["keep.example.com"],
+            &[("PathPrefix", "/", "svc")],
+        ),
+    )?;
+    // Route "gone" and its Service, whose endpoint (echo b's address, nothing listening)
+    // refuses connections: a 5xx and an upstream connect error by backend.
+    let mut gone = route(
+        "default",
+        "gone",
+        "edge",
+        &["gone.example.com"],
+        &[("PathPrefix", "/", "svc-gone")],
+    );
+    gone.push_str(&backend("default", "svc-gone", net.echo_b(), true));
+    env.write_manifest("gone.yaml", &gone)?;
+    let _echo = env.spawn_echo(net.echo_a(), "a").await?;
+    let _edge = env.spawn_edge("edge").await?;
+    env.wait_listener(gw).await?;
+
+    let r = env.h1(gw, "keep.example.com", "/series").await?;
+    ensure!(
+        r.status == StatusCode::OK,
+        "keep.example.com answered {}",
+        r.status
+    );
+    let r = env.h1(gw, "gone.example.com", "/series").await?;
+    ensure!(
+        r.status.is_server_error(),
+        "gone.example.com answered {}",
+        r.status
+    );
+    let keep = "route=\"default/keep\"";
+    eventually(
+        "both routes' series are on /metrics",
+        EVENTUALLY,
+        || async move {
+            let text = metrics_text(net).await?;
+            ensure!(
+                metric_sum_where(&text, "aether_requests_total", keep) >= 1.0,
+                "no 2xx of default/keep: {:?}",
+                lines_naming(&text, "default/keep")
+            );
+            ensure!(
+                metric_sum_where(&text, "aether_requests_total", "route=\"default/gone\"") >= 1.0,
+                "no 5xx of default/gone: {:?}",
+                lines_naming(&text, "gone")
+            );
+            ensure!(
+                metric_sum_where(&text, "aether_upstream_connect_errors_total", "svc-gone") >= 1.0,
+                "no connect error of svc-gone: {:?}",
+                lines_naming(&text, "svc-gone")
+            );
+            Ok(())
+        },
+    )
+    .await?;
+
+    std::fs::remove_file(env.manifests().join("gone.yaml"))?;
+    eventually("the reload removes route gone", EVENTUALLY, || async move {
+        let r = h1_get_from(net.client_ip(), net.gw(), "gone.example.com", "/series").await?;
+        ensure!(
+            r.status == StatusCode::NOT_FOUND,
+            "gone.example.com answered {}",
+            r.status
+        );
+        Ok(())
+    })
+    .await?;
+    let r = env.h1(gw, "keep.example.com", "/series").await?;
+    ensure!(
+        r.status == StatusCode::OK,
+        "keep.example.com answered {}",
+        r.status
+    );
+    let text = eventually(
+        "route gone's series leave /metrics",
+        EVENTUALLY,
+        || async move {
+            let text = metrics_text(net).await?;
+            let left = lines_naming(&text, "gone");
+            ensure!(
+                left.is_empty(),
+                "series of the removed route or backend: {left:?}"
+            );
+            Ok(text)
+        },
+    )
+    .await?;
+    // The route that stayed counts on where it was: 2 answers, not 1 after a reset.
+    ensure!(
+        metric_sum_where(&text, "aether_requests_total", keep) == 2.0,
+        "default/keep's series after the reload: {:?}",
+        lines_naming(&text, "default/keep")
+    );
+    ensure!(
+        text.contains("# HELP aether_requests_total "),
+        "aether_requests_total has no HELP:\n{text}"
+    );
+
+    // A change to route keep compiles it again: its counter still goes on (3).
+    env.write_manifest(
+        "keep.yaml",
+        &route(
+            "default",
+            "keep",
+            "edge",
+            &["keep.example.com", "kept.example.com"],
+            &[("PathPrefix", "/", "svc")],
+        ),
+    )?;
+    eventually(
+        "the changed route serves its new hostname",
+        EVENTUALLY,
+        || async move {
+            let r = h1_get_from(net.client_ip(), net.gw(), "kept.example.com", "/series").await?;
+            ensure!(
+                r.status == StatusCode::OK,
+                "kept.example.com answered {}",
+                r.status
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    let text = metrics_text(net).await?;
+    ensure!(
+        metric_sum_where(&text, "aether_requests_total", keep) == 3.0,
+        "default/keep's series after a change to the route: {:?}",
+        lines_naming(&text, "default/keep")
+    );
+    env.pass()
+}

@@ -11,6 +11,10 @@ app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{- define "aether-edge.podMonitorLabels" -}}
+aether.io/edge: {{ include "aether-edge.fullname" . }}
+{{- end -}}
+
 {{- define "aether-edge.labels" -}}
 {{ include "aether-edge.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
@@ -57,6 +61,9 @@ the template of dedicated Gateways' Deployments (the controller relabels it and 
 metadata:
   labels:
     {{- include "aether-edge.selectorLabels" . | nindent 4 }}
+    # Kept by dedicated Gateways' pods (the controller drops app.kubernetes.io/*), so
+    # the PodMonitor finds every edge pod of the release.
+    {{- include "aether-edge.podMonitorLabels" . | nindent 4 }}
     {{- with .Values.podLabels }}
     {{- toYaml . | nindent 4 }}
     {{- end }}

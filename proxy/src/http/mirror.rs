@@ -17,7 +17,7 @@ use metrics::counter;
 
 use super::outbound;
 use crate::filters::Mirror;
-use crate::telemetry::{MIRROR_REQUESTS_TOTAL, MIRROR_SKIPPED_TOTAL};
+use crate::telemetry::MIRROR_SKIPPED_TOTAL;
 use crate::upstream::Upstreams;
 
 /// A mirror that hangs must not hold resources for long.
@@ -73,8 +73,7 @@ pub fn send(
                 }
                 Err(_) => "timeout",
             };
-            counter!(MIRROR_REQUESTS_TOTAL, "backend" => backend.to_string(), "result" => outcome)
-                .increment(1);
+            backend_ref.stats.mirrored(outcome);
         });
     }
 }

@@ -53,7 +53,8 @@ impl L4Target {
     }
 }
 
-/// Counters of one route on one Gateway, registered when the Snapshot is built.
+/// Counters of one route on one Gateway, taken when the Snapshot is built; they leave
+/// `/metrics` with the route (`crate::series`).
 #[derive(Clone)]
 pub struct L4Stats {
     pub connections: Counter,
@@ -62,20 +63,22 @@ pub struct L4Stats {
     pub flows: Counter,
     pub datagrams_in: Counter,
     pub datagrams_out: Counter,
+    /// Keeps the series rendered while this route is in a Snapshot.
+    _cell: Arc<crate::series::L4Counters>,
 }
 
 impl L4Stats {
-    fn new(gateway: &str, route: &str) -> Self {
-        let l = |name: &'static str| counter!(name, "gateway" => gateway.to_owned(), "route" => route.to_owned());
-        let d = |name: &'static str, direction: &'static str| counter!(name, "gateway" => gateway.to_owned(), "route" => route.to_owned(), "direction" => direction);
+    fn new(gateway: &str, route: &Arc<str>) -> Self {
+        let cell = crate::series::l4_route(&Arc::from(gateway), route);
+        let c = |a: &Arc<std::sync::atomic::AtomicU64>| Counter::from_arc(Arc::clone(a));
         Self {
-            connections: l(TCP_CONNECTIONS_TOTAL),
-            // "in": client to backend; "out": backend to client.
-            bytes_in: d(TCP_BYTES_TOTAL, "in"),
-            bytes_out: d(TCP_BYTES_TOTAL, "out"),
-            flows: l(UDP_FLOWS_TOTAL),
-            datagrams_in: d(UDP_DATAGRAMS_TOTAL, "in"),
-            datagrams_out: d(UDP_DATAGRAMS_TOTAL, "out"),
+            connections: c(&cell.connections),
+            bytes_in: c(&cell.bytes_in),
+            bytes_out: c(&cell.bytes_out),
+            flows: c(&cell.flows),
+            datagrams_in: c(&cell.datagrams_in),
+            datagrams_out: c(&cell.datagrams_out),
+            _cell: cell,
         }
     }
 }

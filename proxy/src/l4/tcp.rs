@@ -10,7 +10,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::{L4Target, Record, note, refused};
 use crate::backend::Pick;
-use crate::telemetry;
 
 /// How long a backend may take to accept the connection.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -74,13 +73,13 @@ async fn forward_with<S: ClientStream>(
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             tracing::debug!(%peer, %endpoint, error = %e, "upstream connect failed");
-            telemetry::upstream_connect_errors(&backend.name).increment(1);
+            backend.stats.connect_error();
             refused(record, "connect_failed");
             return reset(client);
         }
         Err(_) => {
             tracing::debug!(%peer, %endpoint, "upstream connect timed out");
-            telemetry::upstream_connect_errors(&backend.name).increment(1);
+            backend.stats.connect_error();
             refused(record, "connect_timeout");
             return reset(client);
         }
@@ -122,7 +121,7 @@ async fn forward_with<S: ClientStream>(
         }
         Err(e) => {
             tracing::debug!(%peer, %endpoint, error = %e, "upstream TLS failed");
-            telemetry::upstream_connect_errors(&backend.name).increment(1);
+            backend.stats.connect_error();
             refused(record, "upstream_tls");
             reset(client);
         }

@@ -34,7 +34,6 @@ use crate::access_log::RequestBody;
 use crate::backend::{Backend, Endpoint, UpstreamProtocol};
 use crate::http::{ProxyError, outbound};
 use crate::retry::{MAX_REPLAY_BODY, RetryPolicy, is_idempotent};
-use crate::telemetry::{UPSTREAM_RETRIES_TOTAL, upstream_connect_errors};
 
 /// Everything an exchange needs besides the request.
 pub(crate) struct Target<'a> {
@@ -248,7 +247,7 @@ pub(crate) async fn exchange(
         };
         match &outcome {
             Some(Err(UpstreamError::Connect(e))) => {
-                upstream_connect_errors(&t.backend.name).increment(1);
+                t.backend.stats.connect_error();
                 tracing::debug!(backend = %t.backend.name, from = %endpoint.addr, to = %next.addr, error = %e, "upstream connect failed; retrying on another endpoint");
             }
             Some(Err(UpstreamError::Stale(e))) => {
@@ -259,8 +258,7 @@ pub(crate) async fn exchange(
         // A retried answer's body is not wanted: dropping it closes that connection.
         drop(outcome);
         retry += 1;
-        metrics::counter!(UPSTREAM_RETRIES_TOTAL, "backend" => t.backend.name.to_string(), "reason" => reason.label())
-            .increment(1);
+        t.backend.stats.retried(reason.label());
         endpoint = next;
         // A closed idle connection says nothing about the endpoint: no backoff.
         if let (Some(p), false) = (plan.policy, fresh) {
@@ -301,7 +299,7 @@ fn into_proxy_result(
     match result {
         Ok(resp) => Ok(resp),
         Err(UpstreamError::Connect(e)) => {
-            upstream_connect_errors(&backend.name).increment(1);
+            backend.stats.connect_error();
             tracing::warn!(backend = %backend.name, endpoint = %endpoint.addr, error = %e, "upstream connect failed");
             Err(ProxyError::UpstreamConnect(e))
         }

@@ -14,7 +14,6 @@ use super::h2pool::H2Pool;
 use super::{BoxError, Ready, UpstreamError, UpstreamSettings};
 use crate::backend::{Backend, Endpoint};
 use crate::backend_tls::BackendTls;
-use crate::telemetry;
 
 /// What a TLS dial needs: the policy's client config and SNI, and the backend's name
 /// for the error counter.
@@ -23,6 +22,7 @@ pub struct TlsDial {
     pub connector: TlsConnector,
     pub server_name: ServerName<'static>,
     pub backend: Arc<str>,
+    pub stats: Arc<crate::series::BackendCounters>,
 }
 
 impl TlsDial {
@@ -32,7 +32,7 @@ impl TlsDial {
             .connect(self.server_name.clone(), tcp)
             .await
             .map_err(|e| {
-                telemetry::upstream_tls_errors(&self.backend).increment(1);
+                self.stats.tls_error();
                 tracing::warn!(backend = %self.backend, sni = ?self.server_name, error = %e, "upstream TLS handshake failed");
                 e.into()
             })
@@ -51,6 +51,7 @@ pub(crate) fn dial(tls: &BackendTls, backend: &Backend) -> Result<TlsDial, Upstr
         connector: TlsConnector::from(Arc::clone(config)),
         server_name: tls.server_name.clone(),
         backend: Arc::clone(&backend.name),
+        stats: Arc::clone(&backend.stats),
     })
 }
 
