@@ -1,6 +1,7 @@
 //! The Helm chart, rendered by a real `helm template` and applied with server-side
 //! apply to the real API server: every object it renders must be accepted as written
-//! (built-in kinds by the server's own validation, GatewayClass by the official CRD).
+//! (built-in kinds by the server's own validation, GatewayClass by the official CRD,
+//! PodMonitor and ServiceMonitor by the Prometheus Operator's).
 
 use std::process::Command;
 
@@ -13,6 +14,11 @@ use crate::cluster::{BoxError, Cluster};
 
 /// Renders the chart with `helm template` (tests/chart/tools.sh fetches Helm once).
 pub(crate) fn render(values: Option<&str>) -> Result<String, BoxError> {
+    render_set(values, &[])
+}
+
+/// [`render`] with `--set` overrides.
+fn render_set(values: Option<&str>, set: &[&str]) -> Result<String, BoxError> {
     let root = aether_test_support::repo_root();
     let helm = aether_test_support::required_tool("tests/chart/tools.sh")?;
     let mut cmd = Command::new(helm);
@@ -21,6 +27,9 @@ pub(crate) fn render(values: Option<&str>) -> Result<String, BoxError> {
         .args(["--namespace", "aether-system"]);
     if let Some(v) = values {
         cmd.arg("-f").arg(root.join(v));
+    }
+    for s in set {
+        cmd.args(["--set", s]);
     }
     let out = cmd.output()?;
     if !out.status.success() {
@@ -136,10 +145,20 @@ async fn chart_applies_to_a_real_apiserver() -> Result<(), BoxError> {
     )
     .await;
 
+    // The variant renders a PodMonitor: the operator's own CRD validates it.
+    let monitoring = tokio::task::spawn_blocking(crate::cluster::monitoring_crd_files)
+        .await??
+        .ok_or("no Prometheus Operator CRDs")?;
+    crate::cluster::install_crd_files(&client, &monitoring).await?;
+
     let variant = render(Some("tests/chart/values-variant.yaml"))?;
     let n = apply_all(&client, &variant, true).await?;
     assert!(n >= 6, "only {n} objects in the variant rendering");
     args_are_accepted(&cluster, &variant)?;
+    // The ServiceMonitor is the other choice (the chart renders one or the other).
+    let service_monitor = render_set(None, &["metrics.serviceMonitor.enabled=true"])?;
+    assert!(service_monitor.contains("\nkind: ServiceMonitor\n"));
+    apply_all(&client, &service_monitor, true).await?;
 
     let default = render(None)?;
     let n = apply_all(&client, &default, false).await?;

@@ -102,6 +102,20 @@ pub fn crds_dir() -> Result<Option<PathBuf>, BoxError> {
     Ok(DIR.get_or_init(|| dir).clone())
 }
 
+/// The Prometheus Operator's PodMonitor and ServiceMonitor CRD files (the chart renders
+/// those kinds when asked), or None when there is no Go toolchain to fetch them.
+pub fn monitoring_crd_files() -> Result<Option<Vec<PathBuf>>, BoxError> {
+    let Some(dir) = from_script("tests/k8s/monitoring-crds.sh", "Prometheus Operator CRDs")? else {
+        return Ok(None);
+    };
+    Ok(Some(
+        ["podmonitors", "servicemonitors"]
+            .iter()
+            .map(|kind| dir.join(format!("monitoring.coreos.com_{kind}.yaml")))
+            .collect(),
+    ))
+}
+
 /// Runs one of tests/k8s/'s scripts, which print a path, or exit 3 when there is no
 /// Go toolchain to make what they provide.
 fn from_script(script: &str, what: &str) -> Result<Option<PathBuf>, BoxError> {
@@ -329,9 +343,7 @@ impl Cluster {
     /// The official standard-channel CRDs (see [`crds_dir`]).
     async fn install_crds(&self, client: &Client, crds: &Path) -> Result<(), BoxError> {
         let crds = crds.join("config/crd/standard");
-        let api = Api::<CustomResourceDefinition>::all(client.clone());
-        let mut names = Vec::new();
-        for kind in [
+        let files: Vec<PathBuf> = [
             "gatewayclasses",
             "gateways",
             "httproutes",
@@ -343,39 +355,48 @@ impl Cluster {
             "backendtlspolicies",
             // udproutes is left out on purpose: a kind whose CRD is missing must not
             // hold up the others (every test here would time out if it did).
-        ] {
-            let path = crds.join(format!("gateway.networking.k8s.io_{kind}.yaml"));
-            let text =
-                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)?;
-            let name = crd.metadata.name.clone().unwrap_or_default();
-            api.patch(
-                &name,
-                &PatchParams::apply("aether-test").force(),
-                &Patch::Apply(&crd),
-            )
-            .await?;
-            names.push(name);
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        for name in names {
-            loop {
-                let crd = api.get(&name).await?;
-                let established = crd
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True");
-                if established {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    return Err(format!("CRD {name} not established").into());
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-        Ok(())
+        ]
+        .iter()
+        .map(|kind| crds.join(format!("gateway.networking.k8s.io_{kind}.yaml")))
+        .collect();
+        install_crd_files(client, &files).await
     }
+}
+
+/// Applies CRD manifests and waits until the server establishes each.
+pub async fn install_crd_files(client: &Client, files: &[PathBuf]) -> Result<(), BoxError> {
+    let api = Api::<CustomResourceDefinition>::all(client.clone());
+    let mut names = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let crd: CustomResourceDefinition = serde_saphyr::from_str(&text)?;
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(
+            &name,
+            &PatchParams::apply("aether-test").force(),
+            &Patch::Apply(&crd),
+        )
+        .await?;
+        names.push(name);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for name in names {
+        loop {
+            let crd = api.get(&name).await?;
+            let established = crd
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
+            if established {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(format!("CRD {name} not established").into());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
 }
