@@ -1,7 +1,9 @@
 # syntax=docker/dockerfile:1
 # The edge image: built in a full Rust image, shipped on distroless (glibc, CA
 # certificates, no shell, no package manager) as a non-root user. ring is the only
-# native code and needs just a C compiler at build time.
+# native code and needs just a C compiler at build time. The binary is stripped (the
+# release profile keeps line tables for profiling: 4x the size). Without Docker,
+# image/build.sh assembles the same layout from a built binary.
 FROM docker.io/library/rust:1.92-bookworm AS build
 WORKDIR /src
 COPY . .
@@ -11,7 +13,7 @@ ARG AETHER_GIT_COMMIT=
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --bin aether-edge \
- && cp target/release/aether-edge /aether-edge
+ && strip -o /aether-edge target/release/aether-edge
 
 FROM gcr.io/distroless/cc-debian12:nonroot
 COPY --from=build /aether-edge /usr/local/bin/aether-edge

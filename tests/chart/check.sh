@@ -95,5 +95,6 @@ if ! command -v shellcheck >/dev/null 2>&1; then
   apt-get update -q && apt-get install -y -q --no-install-recommends shellcheck
 fi
 shellcheck .ci/run examples/quickstart/run.sh benches/load/run.sh tests/k8s/build.sh tests/k8s/crds.sh tests/h2spec/install.sh \
-  tests/promtool/install.sh tests/jaeger/install.sh tests/chart/*.sh tests/e2e/kind/*.sh tests/mesh/*.sh
+  tests/promtool/install.sh tests/jaeger/install.sh tests/chart/*.sh tests/e2e/kind/*.sh tests/mesh/*.sh \
+  tests/k8s/monitoring-crds.sh tests/image/tools.sh image/build.sh benches/load/syscalls.sh
 echo "chart and scripts: ok"

@@ -23,6 +23,7 @@ mod gateways;
 mod grpc;
 mod h2spec;
 mod https;
+mod image;
 mod l4_pool;
 mod l4_tcp;
 mod l4_udp;
