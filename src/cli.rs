@@ -192,6 +192,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "BYTES")]
     pub memory_budget: Option<u64>,
 
+    /// Relay plain HTTP/1.1 GET and HEAD requests as bytes, without hyper, where the
+    /// full request path would do nothing more (no filters or retry on the rule, a
+    /// plain HTTP/1.1 backend, no tracing, no trusted x-forwarded-for hops); every other
+    /// request, and the rest of its connection, takes the full path. Cleartext
+    /// listeners only.
+    #[arg(long)]
+    pub http1_relay: bool,
+
     /// Time to open a connection to a backend endpoint (TCP, and TLS or the mesh's
     /// mTLS where used); beyond it the attempt is a connect failure (503, or another
     /// endpoint: docs/http.md, retries).

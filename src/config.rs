@@ -129,6 +129,7 @@ impl RunArgs {
                 Some(0) => MemoryBudget::Off,
                 Some(bytes) => MemoryBudget::Bytes(bytes),
             },
+            http1_relay: self.http1_relay,
         };
         let source = if self.kubernetes {
             if self.serve_gateway.is_some() && !self.per_gateway_addressing {

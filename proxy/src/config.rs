@@ -33,6 +33,9 @@ pub struct ProxyConfig {
     /// `None`: no spans are exported and `traceparent` passes through untouched.
     pub tracing: Option<trace::Settings>,
     pub memory_budget: MemoryBudget,
+    /// Relay plain HTTP/1.1 `GET`/`HEAD` requests as bytes where the full request path
+    /// would do nothing more (`crate::relay`).
+    pub http1_relay: bool,
 }
 
 impl ProxyConfig {
@@ -46,6 +49,7 @@ impl ProxyConfig {
         access_log: Some(access_log::Settings::DEFAULT),
         tracing: None,
         memory_budget: MemoryBudget::FromCgroup,
+        http1_relay: false,
     };
 }
 

@@ -20,6 +20,7 @@ use tokio_util::task::TaskTracker;
 use crate::access_log::L4Record;
 use crate::http::{ConnInfo, handle};
 use crate::limits::Slot;
+use crate::relay::{Outcome, Prefixed, Relay};
 use crate::snapshot::Listener;
 use crate::state::ProxyState;
 use crate::telemetry;
@@ -43,6 +44,13 @@ pub struct Connections {
     pub tls: Handshakes,
     /// Fired at the drain deadline to close connections still open then.
     pub force_close: CancellationToken,
+    /// Fired when the socket stops accepting: relayed connections close once idle
+    /// (hyper's are told by the graceful watcher).
+    pub draining: CancellationToken,
+    /// The relay's share of the limits hyper is configured with.
+    pub header_read_timeout: Duration,
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
     /// Every connection task, so the deadline can wait until they are all gone:
     /// returning earlier lets the process exit while upstream requests are cut, and a
     /// handler could then still answer 502 on a connection that was meant to be cut.
@@ -118,11 +126,38 @@ impl Connections {
                         tracing::debug!(%peer, "TLS handshake timed out");
                     }
                 }
+            } else if this.state.http1_relay {
+                this.relay(stream, info, watcher).await;
             } else {
                 this.serve(TokioIo::new(stream), info, watcher).await;
             }
             active.decrement(1.0);
         });
+    }
+
+    /// A cleartext connection, relayed (`crate::relay`) until a request the relay
+    /// does not take; the full path serves the rest of it.
+    async fn relay(&self, mut stream: TcpStream, info: ConnInfo, watcher: Watcher) {
+        let outcome = {
+            let relay = Relay {
+                state: &self.state,
+                conn: &info,
+                header_read_timeout: self.header_read_timeout,
+                max_header_bytes: self.max_header_bytes,
+                max_headers: self.max_headers,
+                draining: &self.draining,
+            };
+            tokio::select! {
+                biased;
+                () = self.force_close.cancelled() => Outcome::Closed,
+                o = relay.serve(&mut stream) => o,
+            }
+        };
+        if let Outcome::Fallback(read) = outcome {
+            self.upstreams.relay.handoffs.increment(1);
+            let io = TokioIo::new(Prefixed::new(read, stream));
+            self.serve(io, info, watcher).await;
+        }
     }
 
     async fn serve<I>(&self, io: I, info: ConnInfo, watcher: Watcher)

@@ -21,6 +21,7 @@ pub mod limits;
 pub mod listener;
 pub mod mesh;
 pub mod overload;
+mod relay;
 pub mod resumption;
 pub mod retry;
 pub mod routing;

@@ -403,6 +403,10 @@ async fn serve(
         builder_h2: limits.server_builder().http2_only(),
         tls: tls::Handshakes::new(Arc::clone(&state), local, resumption),
         force_close: CancellationToken::new(),
+        draining: CancellationToken::new(),
+        header_read_timeout: limits.header_read_timeout,
+        max_header_bytes: limits.max_header_bytes,
+        max_headers: limits.max_headers,
         tasks: TaskTracker::new(),
     };
     loop {
@@ -456,6 +460,7 @@ async fn serve(
         connections.spawn(stream, peer, serving, graceful.watcher(), slot, active);
     }
     drop(listener);
+    connections.draining.cancel();
     tokio::select! {
         () = graceful.shutdown() => tracing::debug!(%local, "listener drained"),
         () = tokio::time::sleep(drain_timeout) => {

@@ -35,6 +35,9 @@ pub struct ProxyState {
     /// Where sampled requests' spans go; `None`: tracing is off and `traceparent`
     /// passes through untouched.
     pub tracer: Option<&'static Tracer>,
+    /// `--http1-relay`: plain HTTP/1.1 listeners relay the requests they can as bytes
+    /// (`crate::relay`).
+    pub http1_relay: bool,
 }
 
 impl ProxyState {
@@ -58,6 +61,7 @@ impl ProxyState {
             max_request_body: config.max_request_body,
             access_log,
             tracer,
+            http1_relay: config.http1_relay,
         })
     }
 

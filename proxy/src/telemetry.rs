@@ -60,6 +60,10 @@ pub const ACCESS_LOG_DROPPED_TOTAL: &str = "aether_access_log_dropped_total";
 /// Spans sent to the OTLP collector, and those lost (see `crate::trace`).
 pub const TRACE_SPANS_EXPORTED_TOTAL: &str = "aether_trace_spans_exported_total";
 pub const TRACE_SPANS_DROPPED_TOTAL: &str = "aether_trace_spans_dropped_total";
+/// `--http1-relay` (`crate::relay`): requests it answered, and connections it handed to
+/// the full request path.
+pub const HTTP1_RELAYED_REQUESTS_TOTAL: &str = "aether_http1_relayed_requests_total";
+pub const HTTP1_RELAY_HANDOFFS_TOTAL: &str = "aether_http1_relay_handoffs_total";
 
 /// What a metric is: its `# TYPE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -339,6 +343,18 @@ pub const DESCRIPTIONS: &[Description] = &[
         C,
         COUNT,
         "Request spans lost, by reason: queue_full (the exporter fell behind; requests never wait for it) or export_failed (the collector refused or could not be reached).",
+    ),
+    d(
+        HTTP1_RELAYED_REQUESTS_TOTAL,
+        C,
+        COUNT,
+        "HTTP/1.1 requests the relay (--http1-relay) answered without the full request path; they count in aether_requests_total too.",
+    ),
+    d(
+        HTTP1_RELAY_HANDOFFS_TOTAL,
+        C,
+        COUNT,
+        "Connections the relay (--http1-relay) handed to the full request path at a request it does not take.",
     ),
     d(
         BUILD_INFO,

@@ -63,12 +63,17 @@ pub fn ensure_request_id(headers: &mut HeaderMap) -> HeaderValue {
     id
 }
 
-fn usable_request_id(v: &[u8]) -> bool {
+pub(crate) fn usable_request_id(v: &[u8]) -> bool {
     (1..=MAX_REQUEST_ID).contains(&v.len()) && v.iter().all(|b| (0x21..=0x7e).contains(b))
 }
 
 /// A random (version 4) UUID: one allocation, shared by every clone of the value.
 pub fn new_request_id() -> HeaderValue {
+    header_value(new_request_id_bytes())
+}
+
+/// The same, as text on the stack.
+pub(crate) fn new_request_id_bytes() -> [u8; 36] {
     let mut bits = fastrand::u128(..);
     // Version 4, variant 10xx.
     bits = (bits & !(0xf << 76)) | (0x4 << 76);
@@ -84,7 +89,7 @@ pub fn new_request_id() -> HeaderValue {
         out[at + 1] = HEX[usize::from(byte & 0xf)];
         at += 2;
     }
-    header_value(out)
+    out
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";

@@ -37,6 +37,7 @@ mod metrics;
 mod metrics_lint;
 mod ops;
 mod readiness;
+mod relay;
 mod reload;
 mod resumption;
 mod retry;

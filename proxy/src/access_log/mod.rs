@@ -20,8 +20,8 @@ use std::time::Duration;
 use metrics::Counter;
 
 pub use body::{LoggedBody, RequestBody};
-pub(crate) use record::client_ip;
 pub use record::{HttpRecord, L4Record, begin_http};
+pub(crate) use record::{Relayed, client_ip};
 
 use crate::telemetry;
 

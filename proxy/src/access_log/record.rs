@@ -90,7 +90,58 @@ pub fn begin_http<B: hyper::body::Body>(
     }))
 }
 
+/// What the relay ([`crate::relay`]) knows of a request it takes, for its record.
+pub(crate) struct Relayed<'a> {
+    pub started: Instant,
+    pub client: IpAddr,
+    pub method: Method,
+    pub target: &'a str,
+    pub host: &'a str,
+    pub user_agent: Option<&'a [u8]>,
+    pub request_id: &'a [u8],
+    pub traceparent: Option<&'a [u8]>,
+}
+
 impl HttpRecord {
+    /// A record for a request the relay takes, when access logging samples it. The
+    /// relay's requests have no body and are HTTP/1.1.
+    pub(crate) fn relayed(log: Option<&'static AccessLog>, r: &Relayed<'_>) -> Option<Box<Self>> {
+        let log = log.filter(|l| l.sampled())?;
+        let value = |v: &[u8]| HeaderValue::from_bytes(v).ok();
+        Some(Box::new(HttpRecord {
+            log,
+            time: SystemTime::now(),
+            started: r.started,
+            listener: None,
+            rule: None,
+            client: r.client,
+            method: r.method.clone(),
+            version: Version::HTTP_11,
+            uri: Uri::try_from(r.target).unwrap_or_default(),
+            host: value(r.host.as_bytes()),
+            user_agent: r.user_agent.and_then(value),
+            request_id: value(r.request_id),
+            traceparent: r.traceparent.and_then(value),
+            status: 0,
+            reason: None,
+            request_bytes: None,
+            response_bytes: 0,
+            duration: Duration::ZERO,
+            upstream: None,
+            upstream_time: None,
+            retries: 0,
+            complete: false,
+        }))
+    }
+
+    /// Ends a relayed request's record: `sent` body bytes, all of them or not.
+    pub(crate) fn finish(mut self: Box<Self>, sent: u64, complete: bool) {
+        self.response_bytes = sent;
+        self.duration = self.started.elapsed();
+        self.complete = complete;
+        self.log.http(self);
+    }
+
     pub(crate) fn set_listener(&mut self, listener: &Arc<Listener>) {
         self.listener = Some(Arc::clone(listener));
     }

@@ -59,7 +59,7 @@ impl ProxyError {
         }
     }
 
-    fn body(&self) -> &'static str {
+    pub(crate) fn body(&self) -> &'static str {
         match self {
             ProxyError::NoRoute => "no route\n",
             ProxyError::InvalidBackend => "invalid backend\n",

@@ -101,17 +101,30 @@ impl RequestMatch {
         query: Option<&str>,
         headers: &HeaderMap,
     ) -> bool {
+        self.matches_with(method, path, query, |name| {
+            headers.get(name).map(|v| v.as_bytes())
+        })
+    }
+
+    /// [`Self::matches`] with headers read through `header` (the first value of a
+    /// name), for requests whose headers are not in a `HeaderMap`.
+    pub fn matches_with<'h>(
+        &self,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+        header: impl Fn(&HeaderName) -> Option<&'h [u8]>,
+    ) -> bool {
         if self.method.as_ref().is_some_and(|m| m != method) {
             return false;
         }
         if !self.path.matches(path) {
             return false;
         }
-        let headers_ok = self.headers.iter().all(|h| {
-            headers
-                .get(&h.name)
-                .is_some_and(|v| h.value.matches(v.as_bytes()))
-        });
+        let headers_ok = self
+            .headers
+            .iter()
+            .all(|h| header(&h.name).is_some_and(|v| h.value.matches(v)));
         if !headers_ok {
             return false;
         }

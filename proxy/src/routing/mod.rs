@@ -97,6 +97,20 @@ impl VirtualHost {
             .find(|e| e.matcher.matches(method, path, query, headers))
     }
 
+    /// [`Self::find`] with headers read through `header` (see
+    /// [`RequestMatch::matches_with`]).
+    pub fn find_with<'h>(
+        &self,
+        method: &Method,
+        path: &str,
+        query: Option<&str>,
+        header: impl Fn(&http::HeaderName) -> Option<&'h [u8]> + Copy,
+    ) -> Option<&RouteEntry> {
+        self.entries
+            .iter()
+            .find(|e| e.matcher.matches_with(method, path, query, header))
+    }
+
     pub fn entries(&self) -> &[RouteEntry] {
         &self.entries
     }

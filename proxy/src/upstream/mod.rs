@@ -72,6 +72,8 @@ pub enum UpstreamError {
 
 pub struct Upstreams {
     settings: UpstreamSettings,
+    /// The HTTP/1.1 relay's plain connections (`crate::relay`).
+    pub(crate) relay: crate::relay::RelayPool,
     http1: H1Pool,
     h2c: H2Pool,
     mesh: Option<Arc<MeshClient>>,
@@ -82,6 +84,7 @@ impl Upstreams {
     pub fn new(settings: &UpstreamSettings, mesh: Option<Arc<MeshClient>>) -> Self {
         Self {
             settings: settings.clone(),
+            relay: crate::relay::RelayPool::new(settings),
             http1: H1Pool::new(settings, None),
             h2c: H2Pool::new(settings.connect_timeout),
             mesh,

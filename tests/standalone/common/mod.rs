@@ -182,6 +182,15 @@ impl TestEnv {
             "5s".to_owned(),
         ]);
         args.extend(extra.iter().map(|s| (*s).to_owned()));
+        // Runs the suite with other flags on every edge (e.g. `--http1-relay`, whose
+        // answers must be the full path's: docs/testing.md).
+        if let Ok(more) = std::env::var("AETHER_TEST_EDGE_ARGS") {
+            for flag in more.split_whitespace() {
+                if !args.iter().any(|a| a == flag) {
+                    args.push(flag.to_owned());
+                }
+            }
+        }
         let mut proc = self.spawn(label, &args)?;
         self.wait_ready(&mut proc).await?;
         Ok(proc)

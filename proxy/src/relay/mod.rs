@@ -1,0 +1,245 @@
+//! The HTTP/1.1 relay (`--http1-relay`): plain keep-alive `GET`/`HEAD` requests
+//! proxied as bytes, without building an `http::Request` and two `HeaderMap`s and
+//! running hyper's server and client state machines for each.
+//!
+//! `benches/RESULTS.md` (issue 19, session 10) measured where the edge's per-request
+//! CPU goes: not syscalls (it makes fewer than nginx) but user space, 6-8 µs against
+//! nginx's 2-2.5, spread over hyper's two state machines, `HeaderMap` building, and
+//! moving requests between them. nginx, HAProxy and pingora relay heads as bytes; so
+//! does this, for the requests where that is exactly what the full path would do:
+//!
+//! - the head is parsed in place (`httparse`, as hyper does), and taken only when no
+//!   reader could frame it differently ([`request`]: HTTP/1.1, no body, no upgrade);
+//! - its rule has no filters and no `retry`, its backend is plain HTTP/1.1 (no
+//!   BackendTLSPolicy, no mesh), and the edge neither traces nor trusts forwarding
+//!   headers (`--xff-trusted-hops`);
+//! - the upstream head is the client's bytes less hop-by-hop headers, plus the
+//!   forwarding headers and the request ID; the answer's head comes back the same way,
+//!   and its body is passed through as framed ([`response`], [`chunked`]).
+//!
+//! Anything else goes to the full request path ([`crate::http`]) with the bytes read
+//! so far ([`Prefixed`]), for the rest of the connection: a request the relay does not
+//! take, a failed connect (the full path's retry and answer apply), an HTTP/2 preface.
+//! What a client and a backend see is the same either way, which the standalone tests
+//! check with the relay on.
+
+mod chunked;
+mod exchange;
+mod pool;
+mod prefixed;
+mod request;
+mod response;
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+pub(crate) use pool::RelayPool;
+pub(crate) use prefixed::Prefixed;
+
+use crate::access_log::{HttpRecord, Relayed};
+use crate::backend::{Pick, UpstreamProtocol};
+use crate::http::{ConnInfo, READYZ_PATH};
+use crate::state::ProxyState;
+
+/// Headers a head may have for the relay; more go to the full path (which applies
+/// `--max-headers`).
+const MAX_HEADERS: usize = 100;
+/// Read buffer size: reads shorter than this clear the socket's readiness.
+const READ_BUF: usize = 16 * 1024;
+
+/// How a connection left the relay.
+pub(crate) enum Outcome {
+    /// Closed, or to be closed.
+    Closed,
+    /// For the full request path, with the bytes read and not yet used.
+    Fallback(BytesMut),
+}
+
+/// What one connection's relay needs.
+pub(crate) struct Relay<'a> {
+    pub state: &'a ProxyState,
+    pub conn: &'a ConnInfo,
+    pub header_read_timeout: Duration,
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+    /// The listener socket is draining: finish the request in hand, then close.
+    pub draining: &'a CancellationToken,
+}
+
+/// What became of one request.
+enum Step {
+    /// Answered; the connection may carry the next request.
+    Next,
+    /// Answered (or failed mid-answer): close the connection.
+    Close,
+    /// Not taken: nothing was sent to the client or consumed.
+    Fallback,
+}
+
+/// Buffers reused by every request of a connection.
+struct Buffers {
+    /// The upstream request head.
+    upstream_head: Vec<u8>,
+    /// What goes to the client next: the answer head and the body bytes read with it.
+    down: Vec<u8>,
+    /// What the upstream sent.
+    up: BytesMut,
+}
+
+impl Relay<'_> {
+    pub(crate) async fn serve(&self, stream: &mut TcpStream) -> Outcome {
+        let mut buf = BytesMut::with_capacity(READ_BUF);
+        let mut bufs = Buffers {
+            upstream_head: Vec::with_capacity(1024),
+            down: Vec::with_capacity(READ_BUF),
+            up: BytesMut::with_capacity(READ_BUF),
+        };
+        loop {
+            // As hyper's header_read_timeout: from the previous answer (or the
+            // connection's start) to a whole head, idle time included.
+            let deadline = Instant::now() + self.header_read_timeout;
+            loop {
+                let step = if buf.is_empty() {
+                    None
+                } else {
+                    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+                    let mut req = httparse::Request::new(&mut headers);
+                    match req.parse(&buf) {
+                        Ok(httparse::Status::Complete(n)) => match request::take(&req) {
+                            Some(head) if req.headers.len() <= self.max_headers => {
+                                Some((n, self.relay(stream, &head, &mut bufs).await))
+                            }
+                            _ => Some((0, Step::Fallback)),
+                        },
+                        Ok(httparse::Status::Partial) if buf.len() < self.max_header_bytes => None,
+                        // Malformed, too many headers or too large: the full path
+                        // gives the right answer (400, 431).
+                        _ => Some((0, Step::Fallback)),
+                    }
+                };
+                match step {
+                    Some((n, Step::Next)) => {
+                        buf.advance(n);
+                        break;
+                    }
+                    Some((_, Step::Close)) => return Outcome::Closed,
+                    Some((_, Step::Fallback)) => return Outcome::Fallback(buf),
+                    None => {}
+                }
+                let idle = buf.is_empty();
+                tokio::select! {
+                    biased;
+                    () = self.draining.cancelled(), if idle => return Outcome::Closed,
+                    read = tokio::time::timeout_at(deadline, stream.read_buf(&mut buf)) => {
+                        match read {
+                            Ok(Ok(n)) if n > 0 => {}
+                            // Closed, failed, or too slow.
+                            _ => return Outcome::Closed,
+                        }
+                    }
+                }
+            }
+            if self.draining.is_cancelled() {
+                return Outcome::Closed;
+            }
+        }
+    }
+
+    /// Routes one request and, if the relay takes it, relays it.
+    async fn relay(
+        &self,
+        stream: &mut TcpStream,
+        head: &request::Head<'_>,
+        bufs: &mut Buffers,
+    ) -> Step {
+        let started = Instant::now();
+        let state = self.state;
+        let (path, query) = match head.target.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (head.target, None),
+        };
+        if path == READYZ_PATH
+            || state.tracer.is_some()
+            || state.trusted_hops > 0
+            || state.shedding.load(Ordering::Relaxed)
+        {
+            return Step::Fallback;
+        }
+        let snapshot = state.snapshot.load();
+        let Some(listener) = snapshot.listeners.get(&self.conn.local) else {
+            return Step::Fallback;
+        };
+        if listener.tls.is_some() {
+            return Step::Fallback;
+        }
+        let entry = listener.routes.virtual_host(head.host).and_then(|vh| {
+            vh.find_with(&head.method, path, query, |name| head.header(name.as_str()))
+        });
+        // No route: the full path answers 404 and counts it.
+        let Some(entry) = entry else {
+            return Step::Fallback;
+        };
+        let action = &entry.action;
+        if !action.filters.is_empty() || action.retry.is_some() {
+            return Step::Fallback;
+        }
+        let (backend, endpoint) = match action.backends.pick() {
+            Pick::Endpoint(chosen, backend, endpoint) if chosen.filters.is_empty() => {
+                (backend, endpoint)
+            }
+            _ => return Step::Fallback,
+        };
+        if self.conn.upstreams.protocol_for(backend) != UpstreamProtocol::Http1 {
+            return Step::Fallback;
+        }
+        let generated;
+        let request_id: &[u8] = match head.request_id {
+            Some(id) => id,
+            None => {
+                generated = crate::trace::new_request_id_bytes();
+                &generated
+            }
+        };
+        head.write_upstream(
+            &mut bufs.upstream_head,
+            self.conn.client_ip.as_bytes(),
+            request_id,
+        );
+        let mut record = HttpRecord::relayed(
+            state.access_log,
+            &Relayed {
+                started: started.into_std(),
+                client: self.conn.peer.ip(),
+                method: head.method.clone(),
+                target: head.target,
+                host: head.host,
+                user_agent: head.user_agent,
+                request_id,
+                traceparent: head.traceparent,
+            },
+        );
+        if let Some(r) = record.as_mut() {
+            r.set_listener(listener);
+            r.set_rule(action);
+        }
+        exchange::Exchange {
+            pool: &self.conn.upstreams.relay,
+            backend,
+            endpoint,
+            action,
+            head_request: head.method == http::Method::HEAD,
+            close: head.close,
+            request_id,
+            started,
+            record,
+        }
+        .run(stream, bufs)
+        .await
+    }
+}
