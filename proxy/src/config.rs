@@ -33,6 +33,9 @@ pub struct ProxyConfig {
     /// `None`: no spans are exported and `traceparent` passes through untouched.
     pub tracing: Option<trace::Settings>,
     pub memory_budget: MemoryBudget,
+    /// `aether_route_request_duration_seconds`, a histogram per route: off by default,
+    /// as it costs 19 series for every route that answered.
+    pub route_latency_histogram: bool,
 }
 
 impl ProxyConfig {
@@ -46,6 +49,7 @@ impl ProxyConfig {
         access_log: Some(access_log::Settings::DEFAULT),
         tracing: None,
         memory_budget: MemoryBudget::FromCgroup,
+        route_latency_histogram: false,
     };
 }
 
