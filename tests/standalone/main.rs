@@ -33,6 +33,7 @@ mod mesh_health;
 mod mesh_pool;
 mod mesh_rotation;
 mod metrics;
+mod metrics_gateways;
 mod metrics_lint;
 mod ops;
 mod readiness;
