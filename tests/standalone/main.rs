@@ -35,6 +35,7 @@ mod mesh_rotation;
 mod metrics;
 mod metrics_gateways;
 mod metrics_lint;
+mod metrics_route_latency;
 mod ops;
 mod readiness;
 mod reload;

@@ -161,6 +161,11 @@ async fn every_metric_has_help_and_type() -> TestResult {
             .any(|l| l.contains(&env.net.gw().to_string())),
         "a connection metric is labelled by socket address: {connections:?}"
     );
+    // The per-route histogram is opt-in (--route-latency-histogram).
+    ensure!(
+        !text.contains("aether_route_request_duration_seconds"),
+        "a per-route histogram without the flag:\n{text}"
+    );
     let version = env!("CARGO_PKG_VERSION");
     ensure!(
         text.lines().any(|l| l.starts_with("aether_build_info{")
@@ -193,7 +198,7 @@ const PROCESS_METRICS: [&str; 6] = [
 
 /// promtool's path; None (with the reason printed) when it is missing and cannot be
 /// installed, unless CI's AETHER_REQUIRE_K8S=1 (the test tools are required there).
-fn promtool() -> Result<Option<PathBuf>, BoxError> {
+pub fn promtool() -> Result<Option<PathBuf>, BoxError> {
     test_tool(
         "tests/promtool/install.sh",
         "promtool is missing (Debian's prometheus package; tests/promtool/install.sh installs it as root)",
