@@ -184,7 +184,7 @@ pub struct RunArgs {
 
     /// Also record each route's request durations in a histogram of its own,
     /// `aether_route_request_duration_seconds` (labels gateway, route_kind, route).
-    /// Off by default: it adds 19 series for every route that answered, beside the
+    /// Off by default: it adds 20 series (18 buckets, sum, count) for every route that answered, beside the
     /// per-Gateway `aether_request_duration_seconds`.
     #[arg(long)]
     pub route_latency_histogram: bool,

@@ -405,7 +405,7 @@ pub const DURATION_BUCKETS: &[f64] = &[
 ///
 /// Series cost memory in the edge and in every scraper, so a status class is rendered
 /// only once it counted something, and durations are kept per Gateway unless asked for
-/// per route (a histogram is 19 series; per route it made 5,000 idle routes cost
+/// per route (a histogram is 20 series; per route it made 5,000 idle routes cost
 /// 120,000 series). One `Arc`: a request that matched no route clones it.
 #[derive(Clone)]
 pub struct RouteStats(Arc<Cells>);

@@ -131,7 +131,7 @@ pub fn backend(name: &Arc<str>) -> Arc<BackendCounters> {
 }
 
 /// `aether_route_request_duration_seconds` of one route on one Gateway
-/// (`--route-latency-histogram`): 19 series per route once it answered, hence opt-in.
+/// (`--route-latency-histogram`): 20 series per route once it answered, hence opt-in.
 #[derive(Debug)]
 pub struct RouteLatency {
     gateway: Arc<str>,
