@@ -37,6 +37,8 @@ pub async fn run(config: Config, workers: &[tokio::runtime::Handle]) -> anyhow::
         tracing::warn!("{warning}");
     }
     let prometheus = crate::metrics::install()?;
+    // Before the first Snapshot is built: routes take their cells then.
+    aether_proxy::series::enable_route_latency(proxy_config.route_latency_histogram);
     let access_log = match proxy_config.access_log {
         Some(settings) => Some(
             AccessLog::start(settings, Box::new(std::io::stdout()))

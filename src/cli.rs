@@ -182,6 +182,13 @@ pub struct RunArgs {
     #[arg(long, default_value_t = aether_proxy::trace::Settings::DEFAULT_SAMPLE, value_parser = parse_share, value_name = "RATIO")]
     pub trace_sample: f64,
 
+    /// Also record each route's request durations in a histogram of its own,
+    /// `aether_route_request_duration_seconds` (labels gateway, route_kind, route).
+    /// Off by default: it adds 20 series (18 buckets, sum, count) for every route that answered, beside the
+    /// per-Gateway `aether_request_duration_seconds`.
+    #[arg(long)]
+    pub route_latency_histogram: bool,
+
     /// Largest request body a client may announce (Content-Length); more gets 413
     /// before anything reaches a backend. 0: no limit.
     #[arg(long, default_value_t = 0, value_name = "BYTES")]

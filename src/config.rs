@@ -124,6 +124,7 @@ impl RunArgs {
                     endpoint,
                     sample: self.trace_sample,
                 }),
+            route_latency_histogram: self.route_latency_histogram,
             memory_budget: match self.memory_budget {
                 None => MemoryBudget::FromCgroup,
                 Some(0) => MemoryBudget::Off,

@@ -194,3 +194,15 @@ fn traces_are_exported_only_with_an_endpoint() {
         ("http://127.0.0.1:4317", 0.5)
     );
 }
+
+#[test]
+fn the_per_route_histogram_is_on_only_when_asked() {
+    let off = config(&["run", "--manifests", "m"], &[]).unwrap();
+    assert!(!off.proxy.route_latency_histogram);
+    let on = config(
+        &["run", "--manifests", "m", "--route-latency-histogram"],
+        &[],
+    )
+    .unwrap();
+    assert!(on.proxy.route_latency_histogram);
+}

@@ -149,7 +149,7 @@ fuzz_target!(|input: Input| {
                 backends: BackendSet::default(),
                 timeout: None,
                 retry: None,
-                stats: RouteStats::new("fuzz", "fuzz"),
+                stats: RouteStats::new("fuzz", "HTTPRoute", "fuzz"),
             }),
         };
         builder.add(hostname.as_deref(), entry.clone());

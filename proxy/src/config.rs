@@ -36,6 +36,9 @@ pub struct ProxyConfig {
     /// Relay plain HTTP/1.1 `GET`/`HEAD` requests as bytes where the full request path
     /// would do nothing more (`crate::relay`).
     pub http1_relay: bool,
+    /// `aether_route_request_duration_seconds`, a histogram per route: off by default,
+    /// as it costs 20 series for every route that answered.
+    pub route_latency_histogram: bool,
 }
 
 impl ProxyConfig {
@@ -50,6 +53,7 @@ impl ProxyConfig {
         tracing: None,
         memory_budget: MemoryBudget::FromCgroup,
         http1_relay: false,
+        route_latency_histogram: false,
     };
 }
 

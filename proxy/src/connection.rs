@@ -12,7 +12,6 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::Watcher;
-use metrics::Gauge;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -21,6 +20,7 @@ use crate::access_log::L4Record;
 use crate::http::{ConnInfo, handle};
 use crate::limits::Slot;
 use crate::relay::{Outcome, Prefixed, Relay};
+use crate::series::Open;
 use crate::snapshot::Listener;
 use crate::state::ProxyState;
 use crate::telemetry;
@@ -59,8 +59,8 @@ pub struct Connections {
 
 impl Connections {
     /// Serves `stream` on its own task. Whether it speaks TLS is decided by
-    /// `listener`, the socket's in the Snapshot the accept loaded. `active` counts it
-    /// while it is open.
+    /// `listener`, the socket's in the Snapshot the accept loaded. `open` counts it in
+    /// its listener's active connections until the task ends.
     pub fn spawn(
         &self,
         stream: TcpStream,
@@ -68,12 +68,11 @@ impl Connections {
         listener: Option<Arc<Listener>>,
         watcher: Watcher,
         slot: Slot,
-        active: Gauge,
+        open: Open,
     ) {
         let this = self.clone();
         self.tasks.spawn(async move {
-            let _slot = slot;
-            active.increment(1.0);
+            let (_slot, _open) = (slot, open);
             let terminates_tls = listener.as_ref().is_some_and(|l| l.tls.is_some());
             let l4 = listener.and_then(|l| {
                 let routes = Arc::clone(l.l4.as_ref()?);
@@ -131,7 +130,6 @@ impl Connections {
             } else {
                 this.serve(TokioIo::new(stream), info, watcher).await;
             }
-            active.decrement(1.0);
         });
     }
 

@@ -22,6 +22,7 @@ use crate::config::ProxyConfig;
 use crate::connection::Connections;
 use crate::limits::{ConnectionSlots, Limits, Refusal};
 use crate::resumption::Resumption;
+use crate::series::ListenerSeries;
 use crate::snapshot::Snapshot;
 use crate::state::ProxyState;
 use crate::upstream::Upstreams;
@@ -391,9 +392,10 @@ async fn serve(
         slots,
         resumption,
     } = socket;
-    // Labelled by what the socket serves, looked up again at every accept: a reload
-    // may fold another listener into this socket.
-    let mut stats: Option<telemetry::ListenerStats> = None;
+    // Connections accepted while the Snapshot no longer has this socket (between the
+    // reload that removed its listener and the socket's close) count under "none"; the
+    // cell is looked up once and kept only as long as the socket.
+    let mut orphan: Option<Arc<ListenerSeries>> = None;
     let graceful = GracefulShutdown::new();
     let connections = Connections {
         state: Arc::clone(&state),
@@ -448,16 +450,15 @@ async fn serve(
         // The connection's one Snapshot load (a TLS handshake makes one more, at its
         // ClientHello; a request, one of its own).
         let serving = state.snapshot.load().listeners.get(&local).cloned();
-        let (gateway, sections): (&str, &[Arc<str>]) = serving
-            .as_deref()
-            .map_or(("none", &[]), |l| (&l.gateway, &l.sections));
-        if !stats.as_ref().is_some_and(|s| s.serves(gateway, sections)) {
-            stats = None;
-        }
-        let current = stats.get_or_insert_with(|| telemetry::ListenerStats::new(gateway, sections));
-        current.accepted.increment(1);
-        let active = current.active.clone();
-        connections.spawn(stream, peer, serving, graceful.watcher(), slot, active);
+        // Counted in the cell of the listener the Snapshot has now (a reload may have
+        // folded another listener into this socket): atomics, no label lookup.
+        let open = match &serving {
+            Some(l) => l.series.accepted(),
+            None => orphan
+                .get_or_insert_with(|| crate::series::listener(&Arc::from("none"), &[], false))
+                .accepted(),
+        };
+        connections.spawn(stream, peer, serving, graceful.watcher(), slot, open);
     }
     drop(listener);
     connections.draining.cancel();

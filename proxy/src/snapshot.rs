@@ -12,6 +12,7 @@ use serde::Serialize;
 use crate::client_auth::ClientAuth;
 use crate::l4::L4Routes;
 use crate::routing::RouteTable;
+use crate::series::ListenerSeries;
 use crate::telemetry::RouteStats;
 use crate::tls::{HandshakeConfigs, TlsCerts};
 
@@ -62,6 +63,10 @@ pub struct Listener {
     /// Counts requests that matched no route on this listener.
     #[serde(skip)]
     pub unrouted: RouteStats,
+    /// This socket's connection (or UDP flow) counts, taken when the Snapshot is
+    /// built so an accept only bumps atomics; they leave `/metrics` with the listener.
+    #[serde(skip)]
+    pub series: Arc<ListenerSeries>,
     /// The TLS handshake configurations made from `tls` and `client_auth`.
     #[serde(skip)]
     pub(crate) handshakes: HandshakeConfigs,
@@ -74,18 +79,30 @@ impl Listener {
         sections: Vec<Arc<str>>,
         routes: RouteTable,
     ) -> Self {
-        let unrouted = crate::telemetry::unrouted(&gateway);
+        Self::build(bind, gateway, sections, Protocol::Http, routes)
+    }
+
+    fn build(
+        bind: SocketAddr,
+        gateway: Arc<str>,
+        sections: Vec<Arc<str>>,
+        protocol: Protocol,
+        routes: RouteTable,
+    ) -> Self {
+        let unrouted = RouteStats::unrouted(Arc::clone(&gateway));
+        let series = crate::series::listener(&gateway, &sections, protocol == Protocol::Udp);
         Self {
             bind,
             port: bind.port(),
             gateway,
             sections,
-            protocol: Protocol::Http,
+            protocol,
             routes,
             tls: None,
             client_auth: None,
             l4: None,
             unrouted,
+            series,
             handshakes: HandshakeConfigs::default(),
         }
     }
@@ -99,8 +116,7 @@ impl Listener {
         protocol: Protocol,
         routes: L4Routes,
     ) -> Self {
-        let mut l = Self::new(bind, gateway, sections, RouteTable::default());
-        l.protocol = protocol;
+        let mut l = Self::build(bind, gateway, sections, protocol, RouteTable::default());
         l.l4 = Some(Arc::new(routes));
         l
     }

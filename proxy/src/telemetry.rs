@@ -2,12 +2,13 @@
 //!
 //! Handles are taken when a Snapshot is built; after that a request bumps a counter
 //! without building a label set or looking anything up in the registry. Series labelled
-//! by route or backend live in `crate::series`, which drops them with the route.
+//! by Gateway, listener, route or backend live in `crate::series`, which drops them
+//! with what they name.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use metrics::{Counter, Gauge, Histogram, KeyName, SharedString, Unit, counter, gauge, histogram};
+use metrics::{KeyName, SharedString, Unit, counter, gauge};
 
 // Every metric the edge exports is named here and described in `DESCRIPTIONS` below
 // (its `# HELP` and unit). A name used in a `counter!`/`gauge!`/`histogram!` anywhere in
@@ -17,6 +18,8 @@ use metrics::{Counter, Gauge, Histogram, KeyName, SharedString, Unit, counter, g
 
 pub const REQUESTS_TOTAL: &str = "aether_requests_total";
 pub const REQUEST_DURATION_SECONDS: &str = "aether_request_duration_seconds";
+/// Per route, opt-in (`--route-latency-histogram`).
+pub const ROUTE_REQUEST_DURATION_SECONDS: &str = "aether_route_request_duration_seconds";
 pub const UPSTREAM_CONNECT_ERRORS_TOTAL: &str = "aether_upstream_connect_errors_total";
 /// TLS handshakes to BackendTLSPolicy backends that failed (unknown CA, wrong name).
 pub const UPSTREAM_TLS_ERRORS_TOTAL: &str = "aether_upstream_tls_errors_total";
@@ -109,6 +112,12 @@ pub const DESCRIPTIONS: &[Description] = &[
         H,
         SECONDS,
         "Time from a request's arrival to its response headers, per Gateway.",
+    ),
+    d(
+        ROUTE_REQUEST_DURATION_SECONDS,
+        H,
+        SECONDS,
+        "Time from a request's arrival to its response headers, per Gateway and route (kind, namespace/name); on with --route-latency-histogram.",
     ),
     d(
         UPSTREAM_CONNECT_ERRORS_TOTAL,
@@ -405,33 +414,61 @@ pub const DURATION_BUCKETS: &[f64] = &[
     5.0, 10.0, 30.0,
 ];
 
-/// A route's `aether_requests_total` counters on one Gateway (see `crate::series`:
-/// they leave `/metrics` with the route), and that Gateway's duration histogram.
+/// What a request of one route on one Gateway records into (see `crate::series`: it
+/// all leaves `/metrics` with the route, or the Gateway): its `aether_requests_total`
+/// counters, the Gateway's duration histogram and, with `--route-latency-histogram`,
+/// the route's own.
 ///
 /// Series cost memory in the edge and in every scraper, so a status class is rendered
-/// only once it counted something, and durations are kept per Gateway, not per route (a
-/// histogram is 19 series; per route it made 5,000 idle routes cost 120,000 series).
+/// only once it counted something, and durations are kept per Gateway unless asked for
+/// per route (a histogram is 20 series; per route it made 5,000 idle routes cost
+/// 120,000 series). One `Arc`: a request that matched no route clones it.
 #[derive(Clone)]
-pub struct RouteStats {
+pub struct RouteStats(Arc<Cells>);
+
+struct Cells {
     counters: Arc<crate::series::RouteCounters>,
-    duration: Histogram,
+    gateway: Arc<crate::series::GatewaySeries>,
+    route: Option<Arc<crate::series::RouteLatency>>,
 }
 
 impl RouteStats {
-    /// Takes the names as shared strings: the caller has them so, and one route's
-    /// stats are kept per route (copies were 0.4 MiB at 5,000 routes).
-    pub fn new(gateway: impl Into<Arc<str>>, route: impl Into<Arc<str>>) -> Self {
+    /// `kind` is the route's (`HTTPRoute`, `GRPCRoute`). Takes the names as shared
+    /// strings: the caller has them so, and one route's stats are kept per route
+    /// (copies were 0.4 MiB at 5,000 routes).
+    pub fn new(
+        gateway: impl Into<Arc<str>>,
+        kind: &'static str,
+        route: impl Into<Arc<str>>,
+    ) -> Self {
         let (gateway, route) = (gateway.into(), route.into());
-        let duration = histogram!(REQUEST_DURATION_SECONDS, "gateway" => gateway.to_string());
-        Self {
+        Self(Arc::new(Cells {
             counters: crate::series::route(&gateway, &route),
-            duration,
-        }
+            gateway: crate::series::gateway(&gateway),
+            route: crate::series::route_latency(&gateway, kind, &route),
+        }))
     }
 
+    /// Requests that matched no route (or no listener), counted under `route="none"`;
+    /// no per-route histogram.
+    pub fn unrouted(gateway: impl Into<Arc<str>>) -> Self {
+        let gateway = gateway.into();
+        Self(Arc::new(Cells {
+            counters: crate::series::route(&gateway, &Arc::from("none")),
+            gateway: crate::series::gateway(&gateway),
+            route: None,
+        }))
+    }
+
+    /// Atomic adds only: one counter, the Gateway histogram's bucket and sum, and the
+    /// route's when it has one.
     pub fn record(&self, status: u16, elapsed: Duration) {
-        self.counters.answered(status);
-        self.duration.record(elapsed.as_secs_f64());
+        let cells = &*self.0;
+        cells.counters.answered(status);
+        cells.gateway.duration.record(elapsed);
+        if let Some(route) = &cells.route {
+            route.duration.record(elapsed);
+        }
     }
 }
 
@@ -439,11 +476,6 @@ impl std::fmt::Debug for RouteStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("RouteStats")
     }
-}
-
-/// Requests that matched no route (or no listener) are counted under `route="none"`.
-pub fn unrouted(gateway: &str) -> RouteStats {
-    RouteStats::new(gateway, "none")
 }
 
 /// The `listener` label of a socket: the names of the Gateway listeners it serves,
@@ -455,40 +487,4 @@ pub fn listener_label(sections: &[Arc<str>]) -> String {
         return "none".to_owned();
     }
     sections.iter().map(|s| &**s).collect::<Vec<_>>().join(",")
-}
-
-/// A TCP socket's connection metrics, labelled by Gateway (`namespace/name`) and
-/// listener names: the socket address says nothing to whoever reads a dashboard.
-/// Rebuilt when a reload changes what the socket serves; a connection keeps the
-/// handle it was accepted with, so its gauge goes down where it went up.
-pub struct ListenerStats {
-    gateway: Arc<str>,
-    sections: Vec<Arc<str>>,
-    pub accepted: Counter,
-    pub active: Gauge,
-}
-
-impl ListenerStats {
-    pub fn new(gateway: &str, sections: &[Arc<str>]) -> Self {
-        let labels = [
-            ("gateway", gateway.to_string()),
-            ("listener", listener_label(sections)),
-        ];
-        Self {
-            gateway: gateway.into(),
-            sections: sections.to_vec(),
-            accepted: counter!(DOWNSTREAM_CONNECTIONS_TOTAL, &labels),
-            active: gauge!(DOWNSTREAM_CONNECTIONS_ACTIVE, &labels),
-        }
-    }
-
-    /// Are these the handles of `gateway`'s listeners `sections`?
-    pub fn serves(&self, gateway: &str, sections: &[Arc<str>]) -> bool {
-        *self.gateway == *gateway && self.sections == sections
-    }
-}
-
-/// `aether_udp_flows_active` of a UDP socket, labelled like `ListenerStats`.
-pub fn udp_flows_active(gateway: &str, sections: &[Arc<str>]) -> Gauge {
-    gauge!(UDP_FLOWS_ACTIVE, "gateway" => gateway.to_owned(), "listener" => listener_label(sections))
 }

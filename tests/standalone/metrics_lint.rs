@@ -161,6 +161,11 @@ async fn every_metric_has_help_and_type() -> TestResult {
             .any(|l| l.contains(&env.net.gw().to_string())),
         "a connection metric is labelled by socket address: {connections:?}"
     );
+    // The per-route histogram is opt-in (--route-latency-histogram).
+    ensure!(
+        !text.contains("aether_route_request_duration_seconds"),
+        "a per-route histogram without the flag:\n{text}"
+    );
     let version = env!("CARGO_PKG_VERSION");
     ensure!(
         text.lines().any(|l| l.starts_with("aether_build_info{")
@@ -193,7 +198,7 @@ const PROCESS_METRICS: [&str; 6] = [
 
 /// promtool's path; None (with the reason printed) when it is missing and cannot be
 /// installed, unless CI's AETHER_REQUIRE_K8S=1 (the test tools are required there).
-fn promtool() -> Result<Option<PathBuf>, BoxError> {
+pub fn promtool() -> Result<Option<PathBuf>, BoxError> {
     test_tool(
         "tests/promtool/install.sh",
         "promtool is missing (Debian's prometheus package; tests/promtool/install.sh installs it as root)",
@@ -277,7 +282,8 @@ fn connection_listeners(text: &str) -> Vec<String> {
 }
 
 /// A reload that folds a second listener into a bound socket relabels the connections
-/// accepted after it; the socket (and its earlier series) stays.
+/// accepted after it; the socket stays, and the series of what it served before
+/// leaves `/metrics` once no connection accepted under that name is open.
 #[tokio::test(flavor = "multi_thread")]
 async fn listener_labels_follow_a_reload() -> TestResult {
     let env = TestEnv::new()?;
@@ -330,6 +336,12 @@ async fn listener_labels_follow_a_reload() -> TestResult {
                 }),
                 "no series for both listeners yet: {listeners:?}"
             );
+            let before =
+                "aether_downstream_connections_total{gateway=\"default/edge\",listener=\"http\"}";
+            ensure!(
+                !text.contains(before),
+                "the series of the socket's former listener is still there: {before}"
+            );
             Ok(())
         },
     )
@@ -338,26 +350,31 @@ async fn listener_labels_follow_a_reload() -> TestResult {
 }
 
 /// promtool on one sample of every metric the edge describes, including those the
-/// traffic above does not reach (L4, mesh, Kubernetes mode): names, types and help text
-/// all lint clean. Rendered by the same exporter the edge uses, with a local recorder.
+/// traffic above does not reach (L4, mesh, Kubernetes mode, the per-route histogram):
+/// names, types and help text all lint clean. Counters and gauges are rendered by the
+/// same exporter the edge uses, with a local recorder; histograms and the series of
+/// Gateways, listeners, routes and backends by `aether_proxy::series`, as the edge
+/// appends them.
 #[test]
 fn promtool_accepts_every_described_metric() -> TestResult {
-    use aether_proxy::telemetry::{self, DESCRIPTIONS, Kind};
-    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use aether_proxy::series;
+    use aether_proxy::telemetry::{self, DESCRIPTIONS, Kind, RouteStats};
+    use metrics_exporter_prometheus::PrometheusBuilder;
 
     let Some(promtool) = promtool()? else {
         return Ok(());
     };
-    let recorder = PrometheusBuilder::new()
-        .set_buckets_for_metric(
-            Matcher::Full(telemetry::REQUEST_DURATION_SECONDS.to_owned()),
-            telemetry::DURATION_BUCKETS,
-        )?
-        .build_recorder();
+    let recorder = PrometheusBuilder::new().build_recorder();
     let handle = recorder.handle();
     metrics::with_local_recorder(&recorder, || {
         telemetry::describe();
         for d in DESCRIPTIONS {
+            if series::FAMILIES.contains(&d.name) {
+                continue;
+            }
             match d.kind {
                 Kind::Counter => metrics::counter!(d.name).increment(1),
                 Kind::Gauge => metrics::gauge!(d.name).set(1.0),
@@ -365,12 +382,37 @@ fn promtool_accepts_every_described_metric() -> TestResult {
             }
         }
     });
-    let text = handle.render();
+    let mut text = handle.render();
+    // This test process serves nothing: the switch and cells are its own.
+    series::enable_route_latency(true);
+    let gateway: Arc<str> = Arc::from("default/lint");
+    let route = RouteStats::new(Arc::clone(&gateway), "HTTPRoute", "default/lint");
+    series::enable_route_latency(false);
+    route.record(200, Duration::from_millis(7));
+    let tcp = series::listener(&gateway, &[Arc::from("http")], false);
+    let udp = series::listener(&gateway, &[Arc::from("dns")], true);
+    let _open = (tcp.accepted(), udp.flow());
+    let backend = series::backend(&Arc::from("default/lint:80"));
+    backend.connect_error();
+    backend.tls_error();
+    backend.retried("status");
+    backend.mirrored("ok");
+    let _l4 = series::l4_route(&gateway, &Arc::from("default/lint-tcp"));
+    series::render(&mut text);
     for d in DESCRIPTIONS {
         ensure!(
             text.contains(&format!("# HELP {} ", d.name)),
             "{} has no HELP line:\n{text}",
             d.name
+        );
+    }
+    for name in [
+        telemetry::REQUEST_DURATION_SECONDS,
+        telemetry::ROUTE_REQUEST_DURATION_SECONDS,
+    ] {
+        ensure!(
+            text.matches(&format!("# TYPE {name} histogram\n")).count() == 1,
+            "{name}: not one histogram TYPE line:\n{text}"
         );
     }
     let (ok, said) = promtool_check(&promtool, &text)?;

@@ -407,7 +407,7 @@ impl PortPlan {
 
 fn rule_actions(gateway: &Arc<str>, route: &RouteModel) -> Actions {
     let name: Arc<str> = route.key.to_string().into();
-    let stats = RouteStats::new(Arc::clone(gateway), Arc::clone(&name));
+    let stats = RouteStats::new(Arc::clone(gateway), route.kind, Arc::clone(&name));
     let rules = route
         .rules
         .iter()

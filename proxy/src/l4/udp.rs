@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use metrics::{Gauge, counter};
+use metrics::counter;
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -27,8 +27,8 @@ use tokio_util::sync::CancellationToken;
 use super::{L4Stats, UDP_DROPPED_TOTAL};
 use crate::access_log::{AccessLog, L4Record};
 use crate::backend::Pick;
+use crate::series::Open;
 use crate::state::ProxyState;
-use crate::telemetry;
 
 /// The largest UDP payload.
 const MAX_DATAGRAM: usize = 65_535;
@@ -61,8 +61,8 @@ struct Flow {
     /// Milliseconds since the loop's epoch of the last datagram either way.
     last_seen: Arc<AtomicU64>,
     stats: L4Stats,
-    /// The listener's `aether_udp_flows_active` when the flow started.
-    active: Gauge,
+    /// Counts the flow in its listener's `aether_udp_flows_active` until removed.
+    _open: Open,
     /// Payload bytes client to backend, when the flow is access-logged.
     logged_in: Option<Arc<AtomicU64>>,
 }
@@ -102,9 +102,7 @@ pub async fn serve(
             () = cancel.cancelled() => break,
             Some((client, id)) = ended_rx.recv() => {
                 if flows.get(&client).is_some_and(|f| f.id == id) {
-                    if let Some(flow) = flows.remove(&client) {
-                        flow.active.decrement(1.0);
-                    }
+                    flows.remove(&client);
                     release(&mut per_source, client.ip());
                 }
                 continue;
@@ -134,10 +132,10 @@ pub async fn serve(
         }
         // One Snapshot load per new flow; a flow keeps its backend for its life.
         let snapshot = state.snapshot.load();
-        let listener = snapshot.udp.get(&local);
-        let Some(target) = listener
-            .and_then(|l| l.l4.as_ref())
-            .and_then(|r| r.lookup(None))
+        let Some((listener, target)) = snapshot
+            .udp
+            .get(&local)
+            .and_then(|l| Some((l, l.l4.as_ref()?.lookup(None)?)))
         else {
             dropped("no_route");
             continue;
@@ -152,7 +150,7 @@ pub async fn serve(
         // One line per flow, when it ends; refused datagrams are only counted (one
         // line each would let a sender flood the log).
         let flow_log = state.access_log.filter(|l| l.sampled()).map(|log| {
-            let mut record = Box::new(L4Record::new(listener.cloned(), client, "udp"));
+            let mut record = Box::new(L4Record::new(Some(Arc::clone(listener)), client, "udp"));
             record.set_target(target);
             record.set_upstream(endpoint);
             FlowLog {
@@ -175,10 +173,7 @@ pub async fn serve(
             upstream: Arc::clone(&upstream),
             last_seen: Arc::new(AtomicU64::new(millis(epoch))),
             stats: target.stats.clone(),
-            active: listener.map_or_else(
-                || telemetry::udp_flows_active("none", &[]),
-                |l| telemetry::udp_flows_active(&l.gateway, &l.sections),
-            ),
+            _open: listener.series.flow(),
             logged_in: flow_log.as_ref().map(|f| Arc::clone(&f.bytes_in)),
         };
         flow.stats.flows.increment(1);
@@ -198,15 +193,12 @@ pub async fn serve(
             cancel.child_token(),
             ended_tx.clone(),
         ));
-        flow.active.increment(1.0);
         if let Entry::Vacant(v) = flows.entry(client) {
             v.insert(flow);
         }
         *per_source.entry(client.ip()).or_insert(0) += 1;
     }
-    for flow in flows.values() {
-        flow.active.decrement(1.0);
-    }
+    // The flows' `_open` guards close them in the listener's gauge as `flows` drops.
 }
 
 fn release(per_source: &mut HashMap<IpAddr, usize>, ip: IpAddr) {

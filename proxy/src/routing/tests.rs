@@ -25,7 +25,7 @@ fn entry(route: &str, path: PathMatch, created: i64) -> RouteEntry {
             backends: BackendSet::default(),
             timeout: None,
             retry: None,
-            stats: crate::telemetry::RouteStats::new("gw", route),
+            stats: crate::telemetry::RouteStats::new("gw", "HTTPRoute", route),
         }),
     }
 }
