@@ -13,11 +13,12 @@
 # stopped on exit. Needs nginx, haproxy, wrk, perf, taskset and 2 CPUs.
 # SYSCALLS_PROFILE=DIR also records `perf record -g` of each proxy into DIR/NAME.data
 # (compare kernel symbols with `perf report --sort sym`; SYSCALLS_CALLGRAPH=dwarf for
-# callers in user space). SYSCALLS_TARGETS: a subset of "nginx haproxy aether".
+# callers in user space). SYSCALLS_TARGETS: a subset of "nginx haproxy aether relay"
+# (relay: aether-edge with --http1-relay).
 set -euo pipefail
 bin=$(realpath "${1:?usage: syscalls.sh BIN [ROUNDS]}")
 rounds=${2:-3}
-targets=${SYSCALLS_TARGETS:-nginx haproxy aether}
+targets=${SYSCALLS_TARGETS:-nginx haproxy aether relay}
 dur=${SYSCALLS_SECONDS:-6}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=$(mktemp -d /tmp/aether-syscalls.XXXXXX)
@@ -113,5 +114,10 @@ for round in $(seq "$rounds"); do
   [[ $targets == *haproxy* ]] && measure haproxy "$haproxy_port" haproxy -db -f "$out/haproxy.cfg"
   [[ $targets == *aether* ]] && measure aether "$aether_port" env RUST_LOG=warn "$bin" run --manifests "$out/aether" \
     --admin "127.0.0.1:$admin" --workers 1 --access-log off
+  # The same binary with the HTTP/1.1 relay (proxy/src/relay/), where it has it.
+  if [[ $targets == *relay* ]] && "$bin" run --help | grep -q -- --http1-relay; then
+    measure relay "$aether_port" env RUST_LOG=warn "$bin" run --manifests "$out/aether" \
+      --admin "127.0.0.1:$admin" --workers 1 --access-log off --http1-relay
+  fi
 done
 uptime
