@@ -202,8 +202,8 @@ pub struct RunArgs {
     /// Relay plain HTTP/1.1 GET and HEAD requests as bytes, without hyper, where the
     /// full request path would do nothing more (no filters or retry on the rule, a
     /// plain HTTP/1.1 backend, no tracing, no trusted x-forwarded-for hops); every other
-    /// request, and the rest of its connection, takes the full path. Cleartext
-    /// listeners only.
+    /// request, and the rest of its connection, takes the full path. HTTP and HTTPS
+    /// (HTTP/1.1 by ALPN) listeners.
     #[arg(long)]
     pub http1_relay: bool,
 

@@ -12,6 +12,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::Watcher;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -109,11 +110,13 @@ impl Connections {
                     Ok(Ok(tls)) => {
                         let sni = tls.get_ref().1.server_name().map(str::to_owned);
                         let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-                        let (io, info) = (TokioIo::new(tls), info.tls(sni.as_deref()));
+                        let info = info.tls(sni.as_deref());
                         if h2 {
-                            this.serve_h2(io, info, watcher).await;
+                            this.serve_h2(TokioIo::new(tls), info, watcher).await;
+                        } else if this.state.http1_relay {
+                            this.relay(tls, info, watcher).await;
                         } else {
-                            this.serve(io, info, watcher).await;
+                            this.serve(TokioIo::new(tls), info, watcher).await;
                         }
                     }
                     Ok(Err(e)) => {
@@ -133,9 +136,13 @@ impl Connections {
         });
     }
 
-    /// A cleartext connection, relayed (`crate::relay`) until a request the relay
-    /// does not take; the full path serves the rest of it.
-    async fn relay(&self, mut stream: TcpStream, info: ConnInfo, watcher: Watcher) {
+    /// An HTTP/1.1 connection (cleartext, or TLS after the handshake), relayed
+    /// (`crate::relay`) until a request the relay does not take; the full path serves
+    /// the rest of it.
+    async fn relay<S>(&self, mut stream: S, info: ConnInfo, watcher: Watcher)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let outcome = {
             let relay = Relay {
                 state: &self.state,

@@ -340,3 +340,66 @@ async fn relayed_bodies_keep_their_framing_and_a_closed_pooled_connection_is_red
     backend.abort();
     env.pass()
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn https_requests_are_relayed_after_the_handshake_and_a_misdirected_one_is_421() -> TestResult
+{
+    let env = TestEnv::new()?;
+    let net = env.net;
+    let tls_addr = net.addr(5, 8443);
+    let ca = TestCa::new("aether relay CA")?;
+    let wild = ca.leaf(&["*.example.com"])?;
+    let other = ca.leaf(&["other.org"])?;
+    let mut m = gateway_class("aether", CONTROLLER);
+    m.push_str(
+        &Gateway::test("edge")
+            .address(&net.ip_str(5))
+            .https_host("wild", 8443, "*.example.com", "wild")
+            .https_host("other", 8443, "other.org", "other")
+            .http("http", LISTENER_PORT)
+            .yaml(),
+    );
+    m.push_str(&backend("default", "svc", net.echo_a(), true));
+    m.push_str(&route(
+        "default",
+        "web",
+        "edge",
+        &[],
+        &[("PathPrefix", "/", "svc")],
+    ));
+    env.write_manifest("gateway.yaml", &m)?;
+    env.write_manifest("secret-wild.yaml", &tls_secret("default", "wild", &wild))?;
+    env.write_manifest("secret-other.yaml", &tls_secret("default", "other", &other))?;
+    let _echo = env.spawn_echo(net.echo_a(), "a").await?;
+    let _edge = env
+        .spawn_edge_args("edge", &[env.manifests()], &["--http1-relay"])
+        .await?;
+    env.wait_listener(net.addr(5, LISTENER_PORT)).await?;
+    let before = relayed(&env).await?;
+
+    let (tls, _) = tls_connect(
+        net.client_ip(),
+        tls_addr,
+        "a.example.com",
+        &ca,
+        &[b"http/1.1"],
+    )
+    .await?;
+    let mut conn = H1Conn::over(tls).await?;
+    for path in ["/secure", "/again"] {
+        let r = conn.get("b.example.com", path).await?;
+        ensure!(r.status == http::StatusCode::OK, "{path}: {}", r.status);
+        let e = r.echo()?;
+        ensure!(
+            e.path() == path && e.header("x-forwarded-proto") == Some("https"),
+            "backend saw {}",
+            e.0
+        );
+    }
+    assert_eq!(relayed(&env).await? - before, 2.0);
+    // other.org is served with another certificate: not on this connection.
+    let r = conn.get("other.org", "/misdirected").await?;
+    assert_eq!(r.status, http::StatusCode::MISDIRECTED_REQUEST);
+    assert_eq!(relayed(&env).await? - before, 2.0);
+    env.pass()
+}

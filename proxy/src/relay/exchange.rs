@@ -3,7 +3,7 @@
 //! to the pool when it can carry another request.
 
 use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
@@ -44,7 +44,11 @@ enum Failed {
 }
 
 impl<'a> Exchange<'a> {
-    pub(super) async fn run(mut self, client: &mut TcpStream, bufs: &mut Buffers) -> Step {
+    pub(super) async fn run<S: AsyncWrite + Unpin>(
+        mut self,
+        client: &mut S,
+        bufs: &mut Buffers,
+    ) -> Step {
         let mut retries = 0;
         let sent = {
             let send = self.send(
@@ -189,9 +193,9 @@ impl<'a> Exchange<'a> {
 
     /// Passes the head and body on; returns the connection to the pool when the body
     /// ended where its framing said and the upstream keeps it open.
-    async fn body(
+    async fn body<S: AsyncWrite + Unpin>(
         self,
-        client: &mut TcpStream,
+        client: &mut S,
         mut upstream: TcpStream,
         answer: &Answer,
         bufs: &mut Buffers,
@@ -282,7 +286,7 @@ impl<'a> Exchange<'a> {
     }
 
     /// An answer the edge makes itself, as the full path words it.
-    async fn local(mut self, client: &mut TcpStream, err: &ProxyError) -> Step {
+    async fn local<S: AsyncWrite + Unpin>(mut self, client: &mut S, err: &ProxyError) -> Step {
         let (status, reason, body) = (err.status(), err.reason(), err.body());
         self.action
             .stats

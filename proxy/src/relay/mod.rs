@@ -34,8 +34,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
-use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -44,7 +43,7 @@ pub(crate) use prefixed::Prefixed;
 
 use crate::access_log::{HttpRecord, Relayed};
 use crate::backend::{Pick, UpstreamProtocol};
-use crate::http::{ConnInfo, READYZ_PATH};
+use crate::http::{ConnInfo, READYZ_PATH, strip_port};
 use crate::state::ProxyState;
 
 /// Headers a head may have for the relay; more go to the full path (which applies
@@ -93,7 +92,12 @@ struct Buffers {
 }
 
 impl Relay<'_> {
-    pub(crate) async fn serve(&self, stream: &mut TcpStream) -> Outcome {
+    /// Relays requests from `stream` (TCP, or TLS after the handshake) until one it
+    /// does not take, the client closes, or the socket drains.
+    pub(crate) async fn serve<S>(&self, stream: &mut S) -> Outcome
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
         let mut buf = BytesMut::with_capacity(READ_BUF);
         let mut bufs = Buffers {
             upstream_head: Vec::with_capacity(1024),
@@ -152,12 +156,10 @@ impl Relay<'_> {
     }
 
     /// Routes one request and, if the relay takes it, relays it.
-    async fn relay(
-        &self,
-        stream: &mut TcpStream,
-        head: &request::Head<'_>,
-        bufs: &mut Buffers,
-    ) -> Step {
+    async fn relay<S>(&self, stream: &mut S, head: &request::Head<'_>, bufs: &mut Buffers) -> Step
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
         let started = Instant::now();
         let state = self.state;
         let (path, query) = match head.target.split_once('?') {
@@ -175,8 +177,19 @@ impl Relay<'_> {
         let Some(listener) = snapshot.listeners.get(&self.conn.local) else {
             return Step::Fallback;
         };
-        if listener.tls.is_some() {
-            return Step::Fallback;
+        if let (Some(certs), Some(sni)) = (&listener.tls, self.conn.sni.as_deref()) {
+            // Another host on this connection only if its certificate is the one the
+            // client was given; else the full path answers 421.
+            let same = match (
+                certs.lookup(Some(sni)),
+                certs.lookup(Some(strip_port(head.host))),
+            ) {
+                (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
+                _ => false,
+            };
+            if !same {
+                return Step::Fallback;
+            }
         }
         let entry = listener.routes.virtual_host(head.host).and_then(|vh| {
             vh.find_with(&head.method, path, query, |name| head.header(name.as_str()))
@@ -209,6 +222,7 @@ impl Relay<'_> {
         head.write_upstream(
             &mut bufs.upstream_head,
             self.conn.client_ip.as_bytes(),
+            self.conn.scheme,
             request_id,
         );
         let mut record = HttpRecord::relayed(

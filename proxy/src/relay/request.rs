@@ -53,7 +53,13 @@ impl Head<'_> {
 
     /// The head to send upstream: the request line and the client's headers as they
     /// came, less [`NOT_COPIED`], plus the forwarding headers and the request ID.
-    pub fn write_upstream(&self, out: &mut Vec<u8>, client_ip: &[u8], request_id: &[u8]) {
+    pub fn write_upstream(
+        &self,
+        out: &mut Vec<u8>,
+        client_ip: &[u8],
+        scheme: &str,
+        request_id: &[u8],
+    ) {
         out.clear();
         out.extend_from_slice(self.method.as_str().as_bytes());
         out.push(b' ');
@@ -70,7 +76,9 @@ impl Head<'_> {
         }
         out.extend_from_slice(b"x-forwarded-for: ");
         out.extend_from_slice(client_ip);
-        out.extend_from_slice(b"\r\nx-forwarded-proto: http\r\nx-request-id: ");
+        out.extend_from_slice(b"\r\nx-forwarded-proto: ");
+        out.extend_from_slice(scheme.as_bytes());
+        out.extend_from_slice(b"\r\nx-request-id: ");
         out.extend_from_slice(request_id);
         out.extend_from_slice(b"\r\n\r\n");
     }
@@ -197,7 +205,7 @@ X-Forwarded-For: 6.6.6.6\r\nX-Request-Id: first\r\nx-request-id: second\r\nAccep
             assert!(h.close);
             assert_eq!(h.request_id, Some(&b"first"[..]));
             let mut out = Vec::new();
-            h.write_upstream(&mut out, b"10.0.0.1", b"first");
+            h.write_upstream(&mut out, b"10.0.0.1", "http", b"first");
             assert_eq!(
                 String::from_utf8_lossy(&out),
                 "GET /p HTTP/1.1\r\nHost: x\r\nAccept: */*\r\nx-forwarded-for: 10.0.0.1\r\n\
