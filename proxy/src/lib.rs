@@ -22,6 +22,9 @@ pub mod listener;
 pub mod mesh;
 pub mod overload;
 mod relay;
+/// The HTTP/1.1 relay's parsers, for the `relay` fuzz target.
+#[doc(hidden)]
+pub use relay::fuzzing as relay_fuzzing;
 pub mod resumption;
 pub mod retry;
 pub mod routing;

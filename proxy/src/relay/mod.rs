@@ -25,6 +25,7 @@
 
 mod chunked;
 mod exchange;
+pub mod fuzzing;
 mod pool;
 mod prefixed;
 mod request;
