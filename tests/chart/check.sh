@@ -47,6 +47,33 @@ if "$helm" template g charts/aether-edge --set drainTimeout=2min >/dev/null 2>&1
   exit 1
 fi
 
+# What a user sets for a registry, a cloud load balancer and autoscaling reaches the
+# objects; the schema (values.schema.json) refuses a misspelt or mistyped value.
+has_in() { grep -qE -- "$2" "$1" || { echo "chart: $3" >&2; exit 1; }; }
+has_in "$out/variant.yaml" '^kind: HorizontalPodAutoscaler$' "no HPA with autoscaling.enabled"
+has_in "$out/variant.yaml" 'averageUtilization: 60$' "HPA target not from values"
+has_in "$out/variant.yaml" '^ +- name: regcred$' "no imagePullSecrets in the pod"
+has_in "$out/variant.yaml" 'aws-load-balancer-type: nlb$' "no Service annotation"
+has_in "$out/variant.yaml" '^  externalTrafficPolicy: Local$' "no externalTrafficPolicy"
+has_in "$out/variant.yaml" '^  loadBalancerClass: example.com/lb$' "no loadBalancerClass"
+if grep -qE '^kind: HorizontalPodAutoscaler$' "$out/default.yaml"; then
+  echo "chart: an HPA by default" >&2
+  exit 1
+fi
+if awk '/^kind: Deployment$/ {d = 1} d && /^  replicas:/ {print; exit}' "$out/variant.yaml" | grep -q replicas; then
+  echo "chart: the Deployment sets replicas while the HPA owns them" >&2
+  exit 1
+fi
+for bad in replicaCount=two servce.type=LoadBalancer service.type=Ingress drainTimeout=2min; do
+  if "$helm" template g charts/aether-edge --set "$bad" >/dev/null 2>&1; then
+    echo "chart: --set $bad rendered; the schema should refuse it" >&2
+    exit 1
+  fi
+done
+# What a user installs from a registry: the packaged chart, linted as such.
+"$helm" package charts/aether-edge --destination "$out/package" >/dev/null
+"$helm" lint --strict "$out/package/aether-edge-"*.tgz >/dev/null
+
 # Monitoring: nothing by default. Switched on: a ServiceMonitor selecting the edge
 # Service (the one with the admin port), a PodMonitor selecting every edge pod of the
 # release (dedicated Gateways' pods keep the label through the pod-template ConfigMap),

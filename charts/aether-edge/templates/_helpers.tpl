@@ -77,6 +77,10 @@ metadata:
 spec:
   serviceAccountName: {{ include "aether-edge.fullname" . }}
   automountServiceAccountToken: true
+  {{- with .Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
   # The drain runs inside the process (readiness fails for drainDelay, then
   # in-flight requests get drainTimeout); the kubelet must not kill it sooner.
   terminationGracePeriodSeconds: {{ add (include "aether-edge.seconds" .Values.drainDelay | int) (include "aether-edge.seconds" .Values.drainTimeout | int) 5 }}
