@@ -107,7 +107,29 @@ impl HttpRecord {
     /// relay's requests have no body and are HTTP/1.1.
     pub(crate) fn relayed(log: Option<&'static AccessLog>, r: &Relayed<'_>) -> Option<Box<Self>> {
         let log = log.filter(|l| l.sampled())?;
-        let value = |v: &[u8]| HeaderValue::from_bytes(v).ok();
+        // One copy of the head's fields, which the values below share: two
+        // allocations per record (this and the box) instead of six.
+        let fields: [&[u8]; 5] = [
+            r.target.as_bytes(),
+            r.host.as_bytes(),
+            r.user_agent.unwrap_or_default(),
+            r.request_id,
+            r.traceparent.unwrap_or_default(),
+        ];
+        let mut buf = bytes::BytesMut::with_capacity(fields.iter().map(|f| f.len()).sum());
+        let mut ends = [0usize; 5];
+        for (end, f) in ends.iter_mut().zip(fields) {
+            buf.extend_from_slice(f);
+            *end = buf.len();
+        }
+        let buf = buf.freeze();
+        let field = |i: usize| buf.slice(if i == 0 { 0 } else { ends[i - 1] }..ends[i]);
+        let value = |i: usize| {
+            let f = field(i);
+            (!f.is_empty())
+                .then(|| HeaderValue::from_maybe_shared(f).ok())
+                .flatten()
+        };
         Some(Box::new(HttpRecord {
             log,
             time: SystemTime::now(),
@@ -117,11 +139,11 @@ impl HttpRecord {
             client: r.client,
             method: r.method.clone(),
             version: Version::HTTP_11,
-            uri: Uri::try_from(r.target).unwrap_or_default(),
-            host: value(r.host.as_bytes()),
-            user_agent: r.user_agent.and_then(value),
-            request_id: value(r.request_id),
-            traceparent: r.traceparent.and_then(value),
+            uri: Uri::from_maybe_shared(field(0)).unwrap_or_default(),
+            host: value(1),
+            user_agent: value(2),
+            request_id: value(3),
+            traceparent: value(4),
             status: 0,
             reason: None,
             request_bytes: None,
