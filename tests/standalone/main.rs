@@ -10,6 +10,7 @@
 mod common;
 
 mod access_log;
+mod backend_client_cert;
 mod backend_tls;
 mod backend_tls_grpc;
 mod body_limit;

@@ -364,6 +364,7 @@ async fn forward(
         mirror::send(
             &conn.upstreams,
             &action.filters.mirrors,
+            action.backend_client_cert.as_ref(),
             &parts,
             &path_and_query,
             body.is_end_stream(),
@@ -375,6 +376,7 @@ async fn forward(
             upstreams: &conn.upstreams,
             policy: action.retry.as_deref(),
             backend,
+            client_cert: action.backend_client_cert.as_deref(),
             endpoint,
             protocol,
         },
