@@ -44,6 +44,7 @@ pub const KNOWN_FEATURES: &[&str] = &[
     "GatewayHTTPListenerIsolation",
     "GatewayInfrastructurePropagation",
     "GatewayAddressEmpty",
+    "GatewayBackendClientCertificate",
     "GatewayFrontendClientCertificateValidation",
     "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPSListenerDetectMisdirectedRequests",
