@@ -52,4 +52,5 @@ mod tls_terminate;
 mod traces;
 mod upgrade;
 mod upstream_connect;
+mod websocket;
 mod workers;
