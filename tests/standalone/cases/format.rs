@@ -170,6 +170,10 @@ pub(super) struct Expect {
     /// The TLS handshake fails (or, in TLS 1.3, the first read after it): no answer.
     #[serde(default)]
     pub(super) tls_refused: bool,
+    /// An upgrade (WebSocket): the answer must switch protocols (`status` defaults to
+    /// 101 here), then each of these must come back through the upgraded connection.
+    #[serde(default)]
+    pub(super) upgraded_echo: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

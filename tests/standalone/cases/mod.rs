@@ -16,11 +16,13 @@ mod format;
 mod pki;
 mod run;
 mod status;
+mod upgrade;
 
 use format::*;
 use pki::*;
 use run::*;
 use status::*;
+use upgrade::*;
 
 /// Cases running at once.
 const PARALLEL_CASES: usize = 4;

@@ -219,6 +219,18 @@ pub(super) async fn run_case_inner(
         let deadline = Instant::now() + REQUEST_SETTLE;
         loop {
             let req = with_fresh_uuid(&rc.request);
+            if !rc.expect.upgraded_echo.is_empty() {
+                let diffs = upgrade_diffs(net, addr, &host, &req, &rc.expect).await;
+                if diffs.is_empty() {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    failures.push(format!("{label}:\n    {}", diffs.join("\n    ")));
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
             let sent = send(net, &pki, addr, &host, &req).await;
             let mut diffs = match sent {
                 Ok(resp) if rc.expect.tls_refused => vec![format!(
