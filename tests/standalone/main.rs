@@ -53,4 +53,5 @@ mod traces;
 mod upgrade;
 mod upstream_connect;
 mod websocket;
+mod websocket_h2;
 mod workers;

@@ -19,8 +19,8 @@ use tokio::task::JoinHandle;
 use crate::common::*;
 
 /// RFC 6455's example key and the accept value it yields (section 1.3).
-const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
-const ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
+pub(crate) const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
+pub(crate) const ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
 
 /// What the server saw of one opening handshake.
 #[derive(Debug, Clone)]
@@ -131,7 +131,9 @@ where
 
 /// Reads masked text frames and answers each with `echo: <text>`, unmasked, as a server
 /// must (payloads under 126 bytes: all these tests send).
-async fn answer_frames<S: AsyncRead + AsyncWrite + Unpin>(mut s: S) -> Result<(), BoxError> {
+pub(crate) async fn answer_frames<S: AsyncRead + AsyncWrite + Unpin>(
+    mut s: S,
+) -> Result<(), BoxError> {
     loop {
         let mut head = [0u8; 2];
         s.read_exact(&mut head).await?;
@@ -154,7 +156,7 @@ async fn answer_frames<S: AsyncRead + AsyncWrite + Unpin>(mut s: S) -> Result<()
 
 /// A client's opening handshake to `addr` for `host`, then one text frame; returns the
 /// 101's head and the text of the server's answering frame.
-async fn ws_round_trip(
+pub(crate) async fn ws_round_trip(
     net: Net,
     addr: SocketAddr,
     host: &str,
