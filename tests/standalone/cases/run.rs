@@ -52,6 +52,35 @@ pub(super) fn backend_ip(net: Net, i: usize) -> Result<IpAddr, BoxError> {
     Ok(IpAddr::V4(net.ip(host)))
 }
 
+/// `text` with every `{address:ns/name}` replaced by the address of that backend's echo
+/// (one of `backends`): what a case's own EndpointSlices name where the suite reads the
+/// IPs of a backend's pods.
+pub(super) fn with_backend_addresses(
+    net: Net,
+    backends: &[String],
+    text: &str,
+) -> Result<String, BoxError> {
+    const OPEN: &str = "{address:";
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(OPEN) {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + OPEN.len()..];
+        let end = after
+            .find('}')
+            .ok_or_else(|| err(format!("unclosed {OPEN} in {after:?}")))?;
+        let name = &after[..end];
+        let i = backends
+            .iter()
+            .position(|b| b == name)
+            .ok_or_else(|| err(format!("{OPEN}{name}}} names no backend of the case")))?;
+        out.push_str(&backend_ip(net, i)?.to_string());
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
 /// The runner-made objects: the GatewayClass and a Service + EndpointSlice per backend.
 pub(super) fn generated_manifests(
     net: Net,
@@ -113,8 +142,9 @@ pub(super) async fn run_case_inner(
     } else {
         String::new()
     };
+    let manifests = with_backend_addresses(net, &case.backends, &lc.manifests)?;
     let mut docs = yaml_docs(&base)?;
-    docs.extend(yaml_docs(&lc.manifests)?);
+    docs.extend(yaml_docs(&manifests)?);
     let gateways = gateways_of(&docs);
     env.write_manifest(
         "00-generated.yaml",
@@ -123,7 +153,7 @@ pub(super) async fn run_case_inner(
     if case.base {
         env.write_manifest("01-base.yaml", &base)?;
     }
-    env.write_manifest("10-case.yaml", &lc.manifests)?;
+    env.write_manifest("10-case.yaml", &manifests)?;
     let (pki, certificates) = Pki::make(&case.certificates)?;
     if !certificates.is_empty() {
         env.write_manifest("05-certificates.yaml", &certificates)?;
@@ -264,7 +294,8 @@ pub(super) async fn run_case_inner(
     }
 
     for (i, (update, text)) in case.updates.iter().zip(&lc.updates).enumerate() {
-        env.write_manifest("10-case.yaml", text)?;
+        let text = with_backend_addresses(net, &case.backends, text)?;
+        env.write_manifest("10-case.yaml", &text)?;
         let label = format!("update {} ({})", i + 1, update.manifests);
         check_status(&env, &update.status, &label, failures).await;
     }
