@@ -83,6 +83,10 @@ pub(super) struct ServerCertificate {
     pub(super) hosts: Vec<String>,
     /// The CA (one of `cas`) that signs it.
     pub(super) ca: String,
+    /// Backends (of `backends`) whose echoes serve TLS with it, as the suite's TLS
+    /// backends mount their Secret.
+    #[serde(default)]
+    pub(super) backends: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -189,6 +193,9 @@ pub(super) struct BackendRequest {
     /// The HTTP version the backend saw: `HTTP/1.1` or `HTTP/2.0`.
     #[serde(default)]
     pub(super) protocol: Option<String>,
+    /// The SNI a TLS backend was sent (a backend of `certificates.servers`).
+    #[serde(default)]
+    pub(super) sni: Option<String>,
     #[serde(default)]
     pub(super) headers: BTreeMap<String, String>,
     #[serde(default)]

@@ -10,6 +10,8 @@ use super::*;
 pub(super) struct Pki {
     cas: BTreeMap<String, TestCa>,
     clients: BTreeMap<String, Leaf>,
+    /// The certificate each TLS backend (by `namespace/name`) serves.
+    pub(super) backends: BTreeMap<String, Leaf>,
 }
 
 impl Pki {
@@ -28,17 +30,33 @@ impl Pki {
             cas.get(name)
                 .ok_or_else(|| err(format!("certificates: no CA {name} among `cas`")))
         };
+        let mut backends = BTreeMap::new();
         for s in &c.servers {
             let hosts: Vec<&str> = s.hosts.iter().map(String::as_str).collect();
             let leaf = ca_named(&s.ca)?.leaf(&hosts)?;
             let (ns, name) = split_ref(&s.secret);
             yaml.push_str(&tls_secret(ns, name, &leaf));
+            for b in &s.backends {
+                backends.insert(b.clone(), leaf.clone());
+            }
         }
         let mut clients = BTreeMap::new();
         for cl in &c.clients {
             clients.insert(cl.name.clone(), ca_named(&cl.ca)?.client_leaf(&cl.name)?);
         }
-        Ok((Self { cas, clients }, yaml))
+        Ok((
+            Self {
+                cas,
+                clients,
+                backends,
+            },
+            yaml,
+        ))
+    }
+
+    /// The PEM certificate of CA `name` (`namespace/name` of its ConfigMap).
+    pub(super) fn ca_pem(&self, name: &str) -> Option<&str> {
+        self.cas.get(name).map(|ca| ca.cert_pem.as_str())
     }
 
     /// A TLS session to `addr` as `tls` says (trust, client certificate, SNI defaulting

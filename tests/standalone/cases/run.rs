@@ -52,30 +52,46 @@ pub(super) fn backend_ip(net: Net, i: usize) -> Result<IpAddr, BoxError> {
     Ok(IpAddr::V4(net.ip(host)))
 }
 
-/// `text` with every `{address:ns/name}` replaced by the address of that backend's echo
-/// (one of `backends`): what a case's own EndpointSlices name where the suite reads the
-/// IPs of a backend's pods.
-pub(super) fn with_backend_addresses(
+/// `text` with what the runner makes at start filled in: every `{address:ns/name}` by
+/// the address of that backend's echo (one of `backends`), for a case's own
+/// EndpointSlices where the suite reads the IPs of a backend's pods; every
+/// `{caPem:ns/name}` by that CA's PEM (one of `certificates.cas`), escaped for a
+/// double-quoted YAML string, where the suite copies a CA bundle into a ConfigMap.
+pub(super) fn fill_in(
     net: Net,
     backends: &[String],
+    pki: &Pki,
     text: &str,
 ) -> Result<String, BoxError> {
-    const OPEN: &str = "{address:";
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
-    while let Some(at) = rest.find(OPEN) {
+    while let Some(at) = rest.find('{') {
         out.push_str(&rest[..at]);
-        let after = &rest[at + OPEN.len()..];
-        let end = after
-            .find('}')
-            .ok_or_else(|| err(format!("unclosed {OPEN} in {after:?}")))?;
-        let name = &after[..end];
-        let i = backends
-            .iter()
-            .position(|b| b == name)
-            .ok_or_else(|| err(format!("{OPEN}{name}}} names no backend of the case")))?;
-        out.push_str(&backend_ip(net, i)?.to_string());
-        rest = &after[end + 1..];
+        let after = &rest[at + 1..];
+        let Some((kind, name)) = after
+            .split_once('}')
+            .and_then(|(inner, _)| inner.split_once(':'))
+            .filter(|(k, _)| matches!(*k, "address" | "caPem"))
+        else {
+            // Not a placeholder: YAML flow syntax.
+            out.push('{');
+            rest = after;
+            continue;
+        };
+        let value = match kind {
+            "address" => {
+                let i = backends.iter().position(|b| b == name).ok_or_else(|| {
+                    err(format!("{{address:{name}}} names no backend of the case"))
+                })?;
+                backend_ip(net, i)?.to_string()
+            }
+            _ => pki
+                .ca_pem(name)
+                .ok_or_else(|| err(format!("{{caPem:{name}}} names no CA of the case")))?
+                .replace('\n', "\\n"),
+        };
+        out.push_str(&value);
+        rest = &after[kind.len() + name.len() + 2..];
     }
     out.push_str(rest);
     Ok(out)
@@ -142,7 +158,8 @@ pub(super) async fn run_case_inner(
     } else {
         String::new()
     };
-    let manifests = with_backend_addresses(net, &case.backends, &lc.manifests)?;
+    let (pki, certificates) = Pki::make(&case.certificates)?;
+    let manifests = fill_in(net, &case.backends, &pki, &lc.manifests)?;
     let mut docs = yaml_docs(&base)?;
     docs.extend(yaml_docs(&manifests)?);
     let gateways = gateways_of(&docs);
@@ -154,7 +171,6 @@ pub(super) async fn run_case_inner(
         env.write_manifest("01-base.yaml", &base)?;
     }
     env.write_manifest("10-case.yaml", &manifests)?;
-    let (pki, certificates) = Pki::make(&case.certificates)?;
     if !certificates.is_empty() {
         env.write_manifest("05-certificates.yaml", &certificates)?;
     }
@@ -163,7 +179,10 @@ pub(super) async fn run_case_inner(
     for (i, b) in case.backends.iter().enumerate() {
         let (_, name) = split_ref(b);
         let listen = SocketAddr::new(backend_ip(net, i)?, ECHO_PORT);
-        procs.push(env.spawn_echo(listen, name).await?);
+        procs.push(match pki.backends.get(b) {
+            Some(leaf) => env.spawn_tls_echo(listen, name, leaf).await?,
+            None => env.spawn_echo(listen, name).await?,
+        });
     }
     let edge = env.spawn_edge("edge").await?;
 
@@ -294,7 +313,7 @@ pub(super) async fn run_case_inner(
     }
 
     for (i, (update, text)) in case.updates.iter().zip(&lc.updates).enumerate() {
-        let text = with_backend_addresses(net, &case.backends, text)?;
+        let text = fill_in(net, &case.backends, &pki, text)?;
         env.write_manifest("10-case.yaml", &text)?;
         let label = format!("update {} ({})", i + 1, update.manifests);
         check_status(&env, &update.status, &label, failures).await;
@@ -540,6 +559,12 @@ pub(super) fn response_diffs(resp: &Resp, req: &Request, host: &str, exp: &Expec
             "backend saw protocol {:?}, expected {want:?}",
             echo.protocol()
         ));
+    }
+    if let Some(want) = &br.sni {
+        let got = echo.0["sni"].as_str();
+        if got != Some(want.as_str()) {
+            d.push(format!("backend saw SNI {got:?}, expected {want:?}"));
+        }
     }
     for (k, want) in &br.headers {
         match echo.header(&k.to_ascii_lowercase()) {

@@ -97,6 +97,46 @@ impl TestEnv {
     }
 
     /// Starts `aether-edge echo` and waits until it answers.
+    /// Like [`TestEnv::spawn_echo`], serving TLS with `leaf` (the answers then report
+    /// the SNI); it is up once it accepts connections.
+    pub async fn spawn_tls_echo(
+        &self,
+        listen: SocketAddr,
+        name: &str,
+        leaf: &Leaf,
+    ) -> Result<Proc, BoxError> {
+        let cert = self.dir.path().join(format!("echo-{name}.crt"));
+        let key = self.dir.path().join(format!("echo-{name}.key"));
+        std::fs::write(&cert, &leaf.cert_pem)?;
+        std::fs::write(&key, &leaf.key_pem)?;
+        let mut args: Vec<String> = ["echo", "--listen", &listen.to_string(), "--name", name]
+            .map(str::to_owned)
+            .to_vec();
+        args.extend([
+            "--log".to_owned(),
+            self.echo_log(name).display().to_string(),
+            "--tls-cert".to_owned(),
+            cert.display().to_string(),
+            "--tls-key".to_owned(),
+            key.display().to_string(),
+        ]);
+        let mut proc = self.spawn(&format!("echo-{name}"), &args)?;
+        let client = self.net.client_ip();
+        eventually(
+            &format!("TLS echo {name} at {listen} accepts"),
+            EVENTUALLY,
+            || {
+                let alive = proc.check_alive();
+                async move {
+                    alive?;
+                    connect_from(client, listen).await.map(drop)
+                }
+            },
+        )
+        .await?;
+        Ok(proc)
+    }
+
     pub async fn spawn_echo(&self, listen: SocketAddr, name: &str) -> Result<Proc, BoxError> {
         let args = vec![
             "echo".to_owned(),
