@@ -303,6 +303,11 @@ pub struct EchoArgs {
     /// The PEM private key of --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+
+    /// Also answer UDP datagrams on the same address: each gets one datagram back,
+    /// `{"name", "request"}` (the datagram as text), as the suite's UDP echo does.
+    #[arg(long)]
+    pub udp: bool,
 }
 
 fn parse_share(s: &str) -> Result<f64, String> {

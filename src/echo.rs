@@ -4,7 +4,8 @@
 //! A request with an `Upgrade` header gets `101 Switching Protocols` with the same
 //! token, then every byte sent on the upgraded connection comes back. Queries with a
 //! `uuid` drive the retry simulation (`echo_retry`). With `--tls-cert`/`--tls-key` it
-//! serves TLS (ALPN h2 or http/1.1) and reports the SNI the client sent.
+//! serves TLS (ALPN h2 or http/1.1) and reports the SNI the client sent; with `--udp` it
+//! answers each UDP datagram on the same address with one naming itself.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -21,7 +22,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::Mutex;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
@@ -63,9 +64,45 @@ pub async fn run(args: EchoArgs) -> anyhow::Result<()> {
         (Some(cert), Some(key)) => Some(acceptor(cert, key)?),
         _ => None,
     };
-    tracing::info!(addr = %listener.local_addr()?, name = %args.name, tls = tls.is_some(), "echo backend listening");
+    if args.udp {
+        let socket = UdpSocket::bind(args.listen).await?;
+        tokio::spawn(serve_udp(socket, args.name.clone().into()));
+    }
+    tracing::info!(addr = %listener.local_addr()?, name = %args.name, tls = tls.is_some(), udp = args.udp, "echo backend listening");
     serve(listener, args.name.into(), log, tls).await;
     Ok(())
+}
+
+/// What a UDP datagram gets back.
+#[derive(Serialize)]
+struct UdpEcho<'a> {
+    name: &'a str,
+    /// The datagram received, as text (lossy).
+    request: &'a str,
+}
+
+/// One answer per datagram, to its sender: no state, so every flow the edge opens is
+/// answered by whichever echo it reached.
+async fn serve_udp(socket: UdpSocket, name: Arc<str>) {
+    let mut buf = vec![0u8; 65_535];
+    loop {
+        let (n, from) = match socket.recv_from(&mut buf).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(error = %e, "echo UDP receive failed");
+                continue;
+            }
+        };
+        let request = String::from_utf8_lossy(buf.get(..n).unwrap_or_default());
+        let answer = serde_json::to_vec(&UdpEcho {
+            name: &name,
+            request: &request,
+        })
+        .unwrap_or_default();
+        if let Err(e) = socket.send_to(&answer, from).await {
+            tracing::debug!(error = %e, %from, "echo UDP answer failed");
+        }
+    }
 }
 
 /// A TLS acceptor for the PEM chain and key in these files, offering h2 and http/1.1.

@@ -35,6 +35,10 @@ pub(super) struct Case {
     /// Default Gateway for requests (`namespace/name`).
     #[serde(default)]
     pub(super) gateway: Option<String>,
+    /// More `aether-edge run` flags: configuration the suite's traffic needs that the
+    /// defaults do not give (the case's description says why).
+    #[serde(default)]
+    pub(super) edge_args: Vec<String>,
     #[serde(default)]
     pub(super) requests: Vec<RequestCase>,
     #[serde(default)]
@@ -140,6 +144,10 @@ pub(super) struct Request {
     /// Over TLS instead of plain HTTP.
     #[serde(default)]
     pub(super) tls: Option<TlsRequest>,
+    /// One UDP datagram instead (to a UDP listener): the echo that answers it must be
+    /// `expect.backend`; `expect.status` is not used.
+    #[serde(default)]
+    pub(super) udp: bool,
 }
 
 #[derive(Debug, Deserialize)]

@@ -14,15 +14,15 @@ use crate::common::*;
 mod coverage;
 mod format;
 mod pki;
+mod raw;
 mod run;
 mod status;
-mod upgrade;
 
 use format::*;
 use pki::*;
+use raw::*;
 use run::*;
 use status::*;
-use upgrade::*;
 
 /// Cases running at once.
 const PARALLEL_CASES: usize = 4;

@@ -181,10 +181,14 @@ pub(super) async fn run_case_inner(
         let listen = SocketAddr::new(backend_ip(net, i)?, ECHO_PORT);
         procs.push(match pki.backends.get(b) {
             Some(leaf) => env.spawn_tls_echo(listen, name, leaf).await?,
-            None => env.spawn_echo(listen, name).await?,
+            // Every plain echo answers datagrams too, for UDPRoute cases.
+            None => env.spawn_echo_with(listen, name, &["--udp"]).await?,
         });
     }
-    let edge = env.spawn_edge("edge").await?;
+    let extra: Vec<&str> = case.edge_args.iter().map(String::as_str).collect();
+    let edge = env
+        .spawn_edge_args("edge", &[env.manifests()], &extra)
+        .await?;
 
     // Status first: it also tells the Gateway addresses.
     check_status(&env, &case.status, "status", failures).await;
@@ -248,6 +252,10 @@ pub(super) async fn run_case_inner(
         if !listening.insert(addr) {
             continue;
         }
+        // A UDP listener accepts no connection: its requests retry until they settle.
+        if r.udp {
+            continue;
+        }
         // A TLS listener has no plain-HTTP readiness answer: it is up once it accepts.
         let up = if r.tls.is_some() {
             eventually(&format!("listener {addr} accepts"), EVENTUALLY, || async {
@@ -268,8 +276,12 @@ pub(super) async fn run_case_inner(
         let deadline = Instant::now() + REQUEST_SETTLE;
         loop {
             let req = with_fresh_uuid(&rc.request);
-            if !rc.expect.upgraded_echo.is_empty() {
-                let diffs = upgrade_diffs(net, addr, &host, &req, &rc.expect).await;
+            if !rc.expect.upgraded_echo.is_empty() || req.udp {
+                let diffs = if req.udp {
+                    udp_diffs(net, addr, &rc.expect).await
+                } else {
+                    upgrade_diffs(net, addr, &host, &req, &rc.expect).await
+                };
                 if diffs.is_empty() {
                     break;
                 }
@@ -602,8 +614,18 @@ pub(super) async fn check_distribution(
         .collect();
     let method = dist.request.method.as_deref().unwrap_or("GET");
     let path = dist.request.path.as_deref().unwrap_or("/");
-    let mut conn = H1Conn::connect(net.client_ip(), addr).await?;
     let mut seen: BTreeMap<String, u32> = BTreeMap::new();
+    if dist.request.udp {
+        // Each datagram from a socket of its own: a new flow, balanced anew.
+        for _ in 0..dist.count {
+            let name = udp_echo(net, addr)
+                .await
+                .unwrap_or_else(|e| format!("<no answer: {e}>"));
+            *seen.entry(name).or_default() += 1;
+        }
+        return shares(dist, &seen);
+    }
+    let mut conn = H1Conn::connect(net.client_ip(), addr).await?;
     let mut wrong_header = Vec::new();
     for _ in 0..dist.count {
         if dist.connection_per_request {
@@ -627,6 +649,11 @@ pub(super) async fn check_distribution(
         wrong_header.is_empty(),
         "a backend's own header filter did not reach it: {wrong_header:?}"
     );
+    shares(dist, &seen)
+}
+
+/// Whether each backend's share of `seen` is the one `dist` expects.
+fn shares(dist: &Distribution, seen: &BTreeMap<String, u32>) -> TestResult {
     let total_weight: f64 = dist.backends.values().sum();
     ensure!(total_weight > 0.0, "distribution weights sum to 0");
     let mut diffs = Vec::new();

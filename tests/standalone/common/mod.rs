@@ -138,7 +138,17 @@ impl TestEnv {
     }
 
     pub async fn spawn_echo(&self, listen: SocketAddr, name: &str) -> Result<Proc, BoxError> {
-        let args = vec![
+        self.spawn_echo_with(listen, name, &[]).await
+    }
+
+    /// Like [`TestEnv::spawn_echo`], with more `echo` flags (`--udp`).
+    pub async fn spawn_echo_with(
+        &self,
+        listen: SocketAddr,
+        name: &str,
+        extra: &[&str],
+    ) -> Result<Proc, BoxError> {
+        let mut args = vec![
             "echo".to_owned(),
             "--listen".to_owned(),
             listen.to_string(),
@@ -147,6 +157,7 @@ impl TestEnv {
             "--log".to_owned(),
             self.echo_log(name).display().to_string(),
         ];
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
         let mut proc = self.spawn(&format!("echo-{name}"), &args)?;
         let client = self.net.client_ip();
         eventually(

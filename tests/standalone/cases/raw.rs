@@ -1,9 +1,11 @@
-//! Requests that switch protocols (`expect.upgradedEcho`): a raw HTTP/1.1 exchange, so
+//! Requests that are not plain HTTP: UDP datagrams (`udp`), and upgrades
+//! (`expect.upgradedEcho`). An upgrade is a raw HTTP/1.1 exchange, so
 //! the runner sees the edge's `101` as a WebSocket client would, then bytes through the
 //! upgraded connection. The echo backends return every byte sent after their `101`, so
 //! what comes back has crossed the edge to the backend and back.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -105,4 +107,36 @@ async fn exchange(
         }
     }
     Ok(d)
+}
+
+/// The probe the suite's UDP tests send.
+const UDP_PROBE: &[u8] = b"gateway-api-conformance-udp-echo\n";
+
+/// Sends one datagram to `addr` from a socket of its own and returns the name of the
+/// echo that answered.
+pub(super) async fn udp_echo(net: Net, addr: SocketAddr) -> Result<String, BoxError> {
+    let socket = tokio::net::UdpSocket::bind(SocketAddr::new(net.client_ip(), 0)).await?;
+    socket.send_to(UDP_PROBE, addr).await?;
+    let mut buf = vec![0u8; 4096];
+    let (n, _) = tokio::time::timeout(Duration::from_secs(1), socket.recv_from(&mut buf)).await??;
+    let answer: serde_json::Value = serde_json::from_slice(buf.get(..n).unwrap_or_default())?;
+    ensure!(
+        answer["request"].as_str().map(str::as_bytes) == Some(UDP_PROBE),
+        "the echo got another datagram than was sent: {answer}"
+    );
+    answer["name"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| err(format!("no name in {answer}")))
+}
+
+/// A UDP request's mismatches: no answer, or one from another echo than expected.
+pub(super) async fn udp_diffs(net: Net, addr: SocketAddr, exp: &Expect) -> Vec<String> {
+    match (udp_echo(net, addr).await, &exp.backend) {
+        (Err(e), _) => vec![format!("no UDP answer: {e}")],
+        (Ok(name), Some(want)) if &name != want => {
+            vec![format!("UDP answer from {name}, expected {want}")]
+        }
+        (Ok(_), _) => Vec::new(),
+    }
 }
