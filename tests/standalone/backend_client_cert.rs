@@ -3,7 +3,7 @@
 //! requires client certificates, a real rustls server on loopback. The backend records
 //! the certificate it was shown; a Gateway without one, or with a reference that does
 //! not resolve, is refused by that backend (or refuses to dial); a rotated Secret is
-//! presented from the next connection on.
+//! presented from the next connection on. TLSRoute Terminate streams present it too.
 
 use std::time::Duration;
 
@@ -13,8 +13,9 @@ use crate::common::*;
 
 /// Gateways (each with an HTTP listener on 8080 at its own address) and their routes
 /// to the one TLS backend `secure`: `edge` presents Secret `client`, `bare` presents
-/// nothing, `broken` names a Secret that does not exist.
-fn manifests(net: Net, backend_ca: &TestCa, client: &Leaf) -> String {
+/// nothing, `broken` names a Secret that does not exist. `edge` also has a TLS
+/// Terminate listener on 8443 (certificate `edge-cert`) with a TLSRoute to `secure`.
+fn manifests(net: Net, backend_ca: &TestCa, client: &Leaf, edge_cert: &Leaf) -> String {
     let mut m = gateway_class("aether", CONTROLLER);
     let gateways = [
         ("edge", 5, Some("client")),
@@ -25,6 +26,9 @@ fn manifests(net: Net, backend_ca: &TestCa, client: &Leaf) -> String {
         let mut gw = Gateway::test(name)
             .address(&net.ip_str(host))
             .http("http", LISTENER_PORT);
+        if name == "edge" {
+            gw = gw.tls_terminate("tls", 8443, None, "edge-cert");
+        }
         if let Some(s) = secret {
             gw = gw.spec(
                 "tls",
@@ -41,6 +45,15 @@ fn manifests(net: Net, backend_ca: &TestCa, client: &Leaf) -> String {
         ));
     }
     m.push_str(&tls_secret("default", "client", client));
+    m.push_str(&tls_secret("default", "edge-cert", edge_cert));
+    m.push_str(&l4_route(
+        "TLSRoute",
+        "db",
+        "edge",
+        Some("tls"),
+        &["db.example.com"],
+        &[("secure", 1)],
+    ));
     m.push_str(&ca_config_map("default", "ca", backend_ca));
     m.push_str(&Backend::test("secure").endpoint(net.echo_a(), true).yaml());
     m.push_str(
@@ -69,13 +82,15 @@ async fn gateway_presents_its_client_certificate_to_tls_backends() -> TestResult
     let backend_ca = TestCa::new("backend-ca")?;
     let client_ca = TestCa::new("client-ca")?;
     let client = client_ca.client_leaf("edge-client")?;
+    let edge_ca = TestCa::new("edge-ca")?;
+    let edge_cert = edge_ca.leaf(&["db.example.com"])?;
     let backend = TlsBackend::start_requiring_client(
         net.echo_a(),
         &backend_ca.leaf(&["backend.example.com"])?,
         &client_ca,
     )
     .await?;
-    env.write_manifest("m.yaml", &manifests(net, &backend_ca, &client))?;
+    env.write_manifest("m.yaml", &manifests(net, &backend_ca, &client, &edge_cert))?;
     let _edge = env.spawn_edge("edge").await?;
     let src = net.client_ip();
     let get = move |host: u8, path: &'static str| {
@@ -102,6 +117,26 @@ async fn gateway_presents_its_client_certificate_to_tls_backends() -> TestResult
     ensure!(
         first.client_cert.as_deref() == Some(client.cert_der.as_ref()),
         "the backend was not shown the Gateway's certificate: {first:?}"
+    );
+
+    // A TLSRoute Terminate stream: the edge's own TLS to the backend presents it too.
+    let (tls, _) = tls_connect(
+        net.client_ip(),
+        net.addr(5, 8443),
+        "db.example.com",
+        &edge_ca,
+        &[b"http/1.1"],
+    )
+    .await?;
+    let r = H1Conn::over(tls)
+        .await?
+        .get("db.example.com", "/l4")
+        .await?;
+    ensure!(r.status == 200, "through the TLSRoute: {}", r.status);
+    let seen = backend.seen_for("/l4");
+    ensure!(
+        seen.first().and_then(|s| s.client_cert.as_deref()) == Some(client.cert_der.as_ref()),
+        "the TLSRoute's stream did not present the Gateway's certificate: {seen:?}"
     );
 
     // The same backend, through a Gateway without a certificate: the backend refuses
@@ -148,7 +183,7 @@ async fn gateway_presents_its_client_certificate_to_tls_backends() -> TestResult
     // Rotation: Secret `client` now holds another certificate of the same CA; new
     // connections present it.
     let rotated = client_ca.client_leaf("edge-client-2")?;
-    env.write_manifest("m.yaml", &manifests(net, &backend_ca, &rotated))?;
+    env.write_manifest("m.yaml", &manifests(net, &backend_ca, &rotated, &edge_cert))?;
     eventually(
         "the rotated certificate is presented",
         Duration::from_secs(10),
