@@ -7,7 +7,7 @@
 //! requests already on the old ones finish.
 //!
 //! A Gateway with `spec.tls.backend.clientCertificateRef` presents that certificate on
-//! these connections ([`ClientCertificate`]); each certificate gets its own client
+//! these connections ([`crate::backend_client_cert`]); each certificate gets its own client
 //! configuration and pools beside the policy's (`presenting`), so a connection made for
 //! one Gateway is never reused for another that presents a different certificate (or
 //! none).
@@ -16,15 +16,15 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 pub use rustls::RootCertStore;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::client::{
-    ResolvesClientCert, Resumption, verify_server_cert_signed_by_trust_anchor, verify_server_name,
-};
+use rustls::client::{Resumption, verify_server_cert_signed_by_trust_anchor, verify_server_name};
 use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
 use rustls::server::ParsedCertificate;
 use rustls::sign::CertifiedKey;
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, Error, OtherError};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 use serde::Serialize;
+
+use crate::backend_client_cert::Present;
 
 /// The ALPN protocol offered to the backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -168,7 +168,7 @@ impl BackendTls {
             return Some(Arc::clone(v));
         }
         let mut config = (**base).clone();
-        config.client_auth_cert_resolver = Arc::new(Present(Arc::clone(key)));
+        config.client_auth_cert_resolver = Arc::new(Present::new(Arc::clone(key)));
         // A clone shares the session cache: a TLS 1.3 session resumed from it carries
         // the identity of the handshake that made it, so a Gateway presenting no
         // certificate (or another) could resume as this one. Each variant keeps its own.
@@ -196,77 +196,6 @@ impl BackendTls {
             plain: Dialer::new(None, Vec::new()),
             presenting: Mutex::new(Vec::new()),
         }
-    }
-}
-
-/// The certificate a Gateway presents to the backends it reaches over TLS
-/// (`spec.tls.backend.clientCertificateRef`), or why it cannot: then those connections
-/// fail rather than go out without the identity the Gateway was configured with.
-#[derive(Serialize)]
-pub struct ClientCertificate {
-    /// The reference, for logs and config dumps (`namespace/name` of the Secret).
-    pub reference: Arc<str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub invalid: Option<Arc<str>>,
-    #[serde(skip)]
-    pub(crate) key: Option<Arc<CertifiedKey>>,
-}
-
-impl ClientCertificate {
-    pub fn new(reference: Arc<str>, key: Arc<CertifiedKey>) -> Self {
-        Self {
-            reference,
-            invalid: None,
-            key: Some(key),
-        }
-    }
-
-    pub fn invalid(reference: Arc<str>, reason: impl Into<Arc<str>>) -> Self {
-        Self {
-            reference,
-            invalid: Some(reason.into()),
-            key: None,
-        }
-    }
-
-    /// The same reference resolved to the same thing (the same chain, hence key, or the
-    /// same problem): a reconcile that rebuilt it need not rebuild what uses it.
-    pub fn same(&self, other: &Self) -> bool {
-        self.reference == other.reference
-            && self.invalid == other.invalid
-            && match (&self.key, &other.key) {
-                (Some(a), Some(b)) => a.cert == b.cert,
-                (None, None) => true,
-                _ => false,
-            }
-    }
-}
-
-impl std::fmt::Debug for ClientCertificate {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClientCertificate")
-            .field("reference", &self.reference)
-            .field("invalid", &self.invalid)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Presents one certificate whatever the server asks: the backend decides whether the
-/// Gateway's certificate is one it accepts.
-#[derive(Debug)]
-struct Present(Arc<CertifiedKey>);
-
-impl ResolvesClientCert for Present {
-    fn resolve(
-        &self,
-        _root_hint_subjects: &[&[u8]],
-        _sigschemes: &[rustls::SignatureScheme],
-    ) -> Option<Arc<CertifiedKey>> {
-        Some(Arc::clone(&self.0))
-    }
-
-    fn has_certs(&self) -> bool {
-        true
     }
 }
 

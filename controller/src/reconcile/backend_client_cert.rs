@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use aether_proxy::backend_tls::ClientCertificate;
+use aether_proxy::backend_client_cert::ClientCertificate;
 use gateway_api::gateways::Gateway;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use aether_proxy::backend::{BackendSet, BackendTarget, WeightedBackend};
-use aether_proxy::backend_tls::ClientCertificate;
+use aether_proxy::backend_client_cert::ClientCertificate;
 use aether_proxy::filters::Filters;
 use aether_proxy::l4::{L4Routes, L4Target};
 use aether_proxy::tls::TlsCerts;

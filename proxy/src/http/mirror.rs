@@ -16,7 +16,7 @@ use http_body_util::{BodyExt, Either, Full};
 use metrics::counter;
 
 use super::outbound;
-use crate::backend_tls::ClientCertificate;
+use crate::backend_client_cert::ClientCertificate;
 use crate::filters::Mirror;
 use crate::telemetry::MIRROR_SKIPPED_TOTAL;
 use crate::upstream::Upstreams;

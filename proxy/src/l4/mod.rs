@@ -21,7 +21,7 @@ use serde::{Serialize, Serializer};
 
 use crate::access_log::L4Record;
 use crate::backend::BackendSet;
-use crate::backend_tls::ClientCertificate;
+use crate::backend_client_cert::ClientCertificate;
 use crate::hostmap::HostMap;
 
 pub use crate::telemetry::{

@@ -45,7 +45,7 @@ pub struct RuleAction {
     /// (`spec.tls.backend`). Here, not on the listener: Gateways sharing a socket (a
     /// shared address) may each present their own.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub backend_client_cert: Option<Arc<crate::backend_tls::ClientCertificate>>,
+    pub backend_client_cert: Option<Arc<crate::backend_client_cert::ClientCertificate>>,
     #[serde(skip)]
     pub stats: RouteStats,
 }

@@ -32,7 +32,7 @@ use tokio::time::Instant;
 use super::{UpstreamBody, UpstreamError, Upstreams, record_failure, record_health};
 use crate::access_log::RequestBody;
 use crate::backend::{Backend, Endpoint, UpstreamProtocol};
-use crate::backend_tls::ClientCertificate;
+use crate::backend_client_cert::ClientCertificate;
 use crate::http::{ProxyError, outbound};
 use crate::retry::{MAX_REPLAY_BODY, RetryPolicy, is_idempotent};
 

@@ -21,7 +21,7 @@ pub(crate) use h1::H1Pool;
 pub(crate) use h2pool::H2Pool;
 
 use crate::backend::{Backend, Endpoint, UpstreamProtocol};
-use crate::backend_tls::ClientCertificate;
+use crate::backend_client_cert::ClientCertificate;
 use crate::http::Body;
 use crate::mesh::MeshClient;
 

@@ -13,7 +13,8 @@ use super::h1::H1Pool;
 use super::h2pool::H2Pool;
 use super::{BoxError, Ready, UpstreamError, UpstreamSettings};
 use crate::backend::{Backend, Endpoint};
-use crate::backend_tls::{BackendTls, ClientCertificate, Dialer};
+use crate::backend_client_cert::ClientCertificate;
+use crate::backend_tls::{BackendTls, Dialer};
 
 /// What a TLS dial needs: the policy's client config and SNI, and the backend's name
 /// for the error counter.

@@ -1,4 +1,5 @@
-//! Running one case: generated manifests, processes, requests and their checks.
+//! Running one case: processes, requests and their checks (what a case starts from:
+//! `setup.rs`; distributions: `distribution.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -6,122 +7,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 use super::*;
 
 // ---------------------------------------------------------------------------------------
 // Running one case
 // ---------------------------------------------------------------------------------------
-
-/// A Gateway of the case's manifests: its listeners' `(name, port)`.
-#[derive(Debug, Clone)]
-pub(super) struct GatewayInfo {
-    pub(super) listeners: Vec<(String, u16)>,
-}
-
-pub(super) fn gateways_of(docs: &[Value]) -> BTreeMap<String, GatewayInfo> {
-    let mut out = BTreeMap::new();
-    for d in docs.iter().filter(|d| d["kind"] == "Gateway") {
-        let key = format!(
-            "{}/{}",
-            d["metadata"]["namespace"].as_str().unwrap_or("default"),
-            d["metadata"]["name"].as_str().unwrap_or("")
-        );
-        let listeners = d["spec"]["listeners"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|l| {
-                (
-                    l["name"].as_str().unwrap_or("").to_owned(),
-                    l["port"]
-                        .as_u64()
-                        .and_then(|p| u16::try_from(p).ok())
-                        .unwrap_or(0),
-                )
-            })
-            .collect();
-        out.insert(key, GatewayInfo { listeners });
-    }
-    out
-}
-
-pub(super) fn backend_ip(net: Net, i: usize) -> Result<IpAddr, BoxError> {
-    let host = u8::try_from(200 + i).map_err(|_| err("too many backends"))?;
-    Ok(IpAddr::V4(net.ip(host)))
-}
-
-/// `text` with what the runner makes at start filled in: every `{address:ns/name}` by
-/// the address of that backend's echo (one of `backends`), for a case's own
-/// EndpointSlices where the suite reads the IPs of a backend's pods; every
-/// `{caPem:ns/name}` by that CA's PEM (one of `certificates.cas`), escaped for a
-/// double-quoted YAML string, where the suite copies a CA bundle into a ConfigMap.
-pub(super) fn fill_in(
-    net: Net,
-    backends: &[String],
-    pki: &Pki,
-    text: &str,
-) -> Result<String, BoxError> {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find('{') {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + 1..];
-        let Some((kind, name)) = after
-            .split_once('}')
-            .and_then(|(inner, _)| inner.split_once(':'))
-            .filter(|(k, _)| matches!(*k, "address" | "caPem"))
-        else {
-            // Not a placeholder: YAML flow syntax.
-            out.push('{');
-            rest = after;
-            continue;
-        };
-        let value = match kind {
-            "address" => {
-                let i = backends.iter().position(|b| b == name).ok_or_else(|| {
-                    err(format!("{{address:{name}}} names no backend of the case"))
-                })?;
-                backend_ip(net, i)?.to_string()
-            }
-            _ => pki
-                .ca_pem(name)
-                .ok_or_else(|| err(format!("{{caPem:{name}}} names no CA of the case")))?
-                .replace('\n', "\\n"),
-        };
-        out.push_str(&value);
-        rest = &after[kind.len() + name.len() + 2..];
-    }
-    out.push_str(rest);
-    Ok(out)
-}
-
-/// The runner-made objects: the GatewayClass and a Service + EndpointSlice per backend.
-pub(super) fn generated_manifests(
-    net: Net,
-    backends: &[String],
-    app_protocols: &BTreeMap<String, String>,
-) -> Result<String, BoxError> {
-    let mut s = manifest::gateway_class(GATEWAY_CLASS, CONTROLLER).yaml();
-    for (i, b) in backends.iter().enumerate() {
-        let (ns, name) = split_ref(b);
-        ensure!(!ns.is_empty(), "backend {b:?} is not namespace/name");
-        let ip = backend_ip(net, i)?;
-        let mut backend = Backend::test(name)
-            .namespace(ns)
-            .port("first-port", SERVICE_PORT, 3000);
-        if let Some(p) = app_protocols.get(b) {
-            backend = backend.app_protocol(p);
-        }
-        s.push_str(
-            &backend
-                .endpoint(SocketAddr::new(ip, ECHO_PORT), true)
-                .yaml(),
-        );
-    }
-    Ok(s)
-}
 
 /// Runs one case; returns its mismatches (empty: passed).
 pub(super) async fn run_case(lc: Arc<LoadedCase>) -> Vec<String> {
@@ -598,86 +488,4 @@ pub(super) fn response_diffs(resp: &Resp, req: &Request, host: &str, exp: &Expec
         }
     }
     d
-}
-
-pub(super) async fn check_distribution(
-    net: Net,
-    addr: SocketAddr,
-    host: &str,
-    dist: &Distribution,
-) -> TestResult {
-    let headers: Vec<(&str, &str)> = dist
-        .request
-        .headers
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    let method = dist.request.method.as_deref().unwrap_or("GET");
-    let path = dist.request.path.as_deref().unwrap_or("/");
-    let mut seen: BTreeMap<String, u32> = BTreeMap::new();
-    if dist.request.udp {
-        // Each datagram from a socket of its own: a new flow, balanced anew.
-        for _ in 0..dist.count {
-            let name = udp_echo(net, addr)
-                .await
-                .unwrap_or_else(|e| format!("<no answer: {e}>"));
-            *seen.entry(name).or_default() += 1;
-        }
-        return shares(dist, &seen);
-    }
-    let mut conn = H1Conn::connect(net.client_ip(), addr).await?;
-    let mut wrong_header = Vec::new();
-    for _ in 0..dist.count {
-        if dist.connection_per_request {
-            conn = H1Conn::connect(net.client_ip(), addr).await?;
-        }
-        let r = conn.send(method, host, path, &headers).await?;
-        let name = match r.echo() {
-            Ok(e) => {
-                if let Some(h) = &dist.backend_header
-                    && e.header(h) != Some(e.name())
-                {
-                    wrong_header.push(format!("{} saw {h}: {:?}", e.name(), e.header(h)));
-                }
-                e.name().to_owned()
-            }
-            Err(_) => format!("<status {}>", r.status.as_u16()),
-        };
-        *seen.entry(name).or_default() += 1;
-    }
-    ensure!(
-        wrong_header.is_empty(),
-        "a backend's own header filter did not reach it: {wrong_header:?}"
-    );
-    shares(dist, &seen)
-}
-
-/// Whether each backend's share of `seen` is the one `dist` expects.
-fn shares(dist: &Distribution, seen: &BTreeMap<String, u32>) -> TestResult {
-    let total_weight: f64 = dist.backends.values().sum();
-    ensure!(total_weight > 0.0, "distribution weights sum to 0");
-    let mut diffs = Vec::new();
-    let names: BTreeSet<&String> = dist.backends.keys().chain(seen.keys()).collect();
-    for name in names {
-        let want = dist.backends.get(name).copied().unwrap_or(0.0) / total_weight;
-        let got = f64::from(seen.get(name).copied().unwrap_or(0)) / f64::from(dist.count);
-        let off = if want == 0.0 {
-            got > 0.0
-        } else {
-            (got - want).abs() > dist.tolerance
-        };
-        if off {
-            diffs.push(format!(
-                "{name}: expected share {want:.3} (±{}), got {got:.3}",
-                dist.tolerance
-            ));
-        }
-    }
-    ensure!(
-        diffs.is_empty(),
-        "{} (counts of {} requests: {seen:?})",
-        diffs.join("; "),
-        dist.count
-    );
-    Ok(())
 }
