@@ -304,6 +304,11 @@ pub struct EchoArgs {
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
 
+    /// With --tls-cert: refuse clients without a certificate from these PEM CAs (a
+    /// backend that authenticates the Gateway, `spec.tls.backend`).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+
     /// Also answer UDP datagrams on the same address: each gets one datagram back,
     /// `{"name", "request"}` (the datagram as text), as the suite's UDP echo does.
     #[arg(long)]

@@ -61,7 +61,7 @@ pub async fn run(args: EchoArgs) -> anyhow::Result<()> {
         None => None,
     };
     let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(acceptor(cert, key)?),
+        (Some(cert), Some(key)) => Some(acceptor(cert, key, args.tls_client_ca.as_deref())?),
         _ => None,
     };
     if args.udp {
@@ -105,15 +105,30 @@ async fn serve_udp(socket: UdpSocket, name: Arc<str>) {
     }
 }
 
-/// A TLS acceptor for the PEM chain and key in these files, offering h2 and http/1.1.
-fn acceptor(cert: &Path, key: &Path) -> anyhow::Result<TlsAcceptor> {
+/// A TLS acceptor for the PEM chain and key in these files, offering h2 and http/1.1;
+/// with `client_ca`, clients must present a certificate from those CAs.
+fn acceptor(cert: &Path, key: &Path, client_ca: Option<&Path>) -> anyhow::Result<TlsAcceptor> {
     let chain = CertificateDer::pem_file_iter(cert)?.collect::<Result<Vec<_>, _>>()?;
     let key = PrivateKeyDer::from_pem_file(key)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(chain, key)?;
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(path) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for ca in CertificateDer::pem_file_iter(path)? {
+                roots.add(ca?)?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_single_cert(chain, key)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }

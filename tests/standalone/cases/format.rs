@@ -91,6 +91,10 @@ pub(super) struct ServerCertificate {
     /// backends mount their Secret.
     #[serde(default)]
     pub(super) backends: Vec<String>,
+    /// A CA (one of `cas`) those echoes require client certificates from, as the
+    /// suite's echo with `TLS_CLIENT_CACERTS`.
+    #[serde(default)]
+    pub(super) client_ca: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -10,8 +10,9 @@ use super::*;
 pub(super) struct Pki {
     cas: BTreeMap<String, TestCa>,
     clients: BTreeMap<String, Leaf>,
-    /// The certificate each TLS backend (by `namespace/name`) serves.
-    pub(super) backends: BTreeMap<String, Leaf>,
+    /// The certificate each TLS backend (by `namespace/name`) serves, and the PEM of
+    /// the CA it requires client certificates from, if any.
+    pub(super) backends: BTreeMap<String, (Leaf, Option<String>)>,
 }
 
 impl Pki {
@@ -36,8 +37,12 @@ impl Pki {
             let leaf = ca_named(&s.ca)?.leaf(&hosts)?;
             let (ns, name) = split_ref(&s.secret);
             yaml.push_str(&tls_secret(ns, name, &leaf));
+            let client_ca = match &s.client_ca {
+                Some(name) => Some(ca_named(name)?.cert_pem.clone()),
+                None => None,
+            };
             for b in &s.backends {
-                backends.insert(b.clone(), leaf.clone());
+                backends.insert(b.clone(), (leaf.clone(), client_ca.clone()));
             }
         }
         let mut clients = BTreeMap::new();

@@ -70,7 +70,10 @@ pub(super) async fn run_case_inner(
         let (_, name) = split_ref(b);
         let listen = SocketAddr::new(backend_ip(net, i)?, ECHO_PORT);
         procs.push(match pki.backends.get(b) {
-            Some(leaf) => env.spawn_tls_echo(listen, name, leaf).await?,
+            Some((leaf, client_ca)) => {
+                env.spawn_tls_echo(listen, name, leaf, client_ca.as_deref())
+                    .await?
+            }
             // Every plain echo answers datagrams too, for UDPRoute cases.
             None => env.spawn_echo_with(listen, name, &["--udp"]).await?,
         });

@@ -98,12 +98,14 @@ impl TestEnv {
 
     /// Starts `aether-edge echo` and waits until it answers.
     /// Like [`TestEnv::spawn_echo`], serving TLS with `leaf` (the answers then report
-    /// the SNI); it is up once it accepts connections.
+    /// the SNI), requiring client certificates from `client_ca` (PEM) when given; it is
+    /// up once it accepts connections.
     pub async fn spawn_tls_echo(
         &self,
         listen: SocketAddr,
         name: &str,
         leaf: &Leaf,
+        client_ca: Option<&str>,
     ) -> Result<Proc, BoxError> {
         let cert = self.dir.path().join(format!("echo-{name}.crt"));
         let key = self.dir.path().join(format!("echo-{name}.key"));
@@ -120,6 +122,11 @@ impl TestEnv {
             "--tls-key".to_owned(),
             key.display().to_string(),
         ]);
+        if let Some(pem) = client_ca {
+            let ca = self.dir.path().join(format!("echo-{name}.client-ca.crt"));
+            std::fs::write(&ca, pem)?;
+            args.extend(["--tls-client-ca".to_owned(), ca.display().to_string()]);
+        }
         let mut proc = self.spawn(&format!("echo-{name}"), &args)?;
         let client = self.net.client_ip();
         eventually(
