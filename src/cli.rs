@@ -309,6 +309,25 @@ pub struct EchoArgs {
     /// to see traffic that gets no answer back, such as mirrored requests).
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
+
+    /// Serve TLS with this PEM certificate chain (and --tls-key); answers then report
+    /// the client's SNI (`sni`), as a BackendTLSPolicy or TLS passthrough test needs.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// With --tls-cert: refuse clients without a certificate from these PEM CAs (a
+    /// backend that authenticates the Gateway, `spec.tls.backend`).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+
+    /// Also answer UDP datagrams on the same address: each gets one datagram back,
+    /// `{"name", "request"}` (the datagram as text), as the suite's UDP echo does.
+    #[arg(long)]
+    pub udp: bool,
 }
 
 fn parse_share(s: &str) -> Result<f64, String> {

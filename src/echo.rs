@@ -3,10 +3,13 @@
 //! `x-echo-delay-ms: N` delays the answer by N ms (capped at 60 s), for drain tests.
 //! A request with an `Upgrade` header gets `101 Switching Protocols` with the same
 //! token, then every byte sent on the upgraded connection comes back. Queries with a
-//! `uuid` drive the retry simulation (`echo_retry`).
+//! `uuid` drive the retry simulation (`echo_retry`). With `--tls-cert`/`--tls-key` it
+//! serves TLS (ALPN h2 or http/1.1) and reports the SNI the client sent; with `--udp` it
+//! answers each UDP datagram on the same address with one naming itself.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,8 +22,12 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::Mutex;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use crate::cli::EchoArgs;
 use crate::echo_retry::{ATTEMPT_HEADER, RetrySim};
@@ -32,6 +39,9 @@ struct Echo<'a> {
     path: &'a str,
     host: &'a str,
     protocol: String,
+    /// The TLS server name the client asked for (TLS only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sni: Option<&'a str>,
     headers: BTreeMap<&'a str, String>,
 }
 
@@ -50,12 +60,80 @@ pub async fn run(args: EchoArgs) -> anyhow::Result<()> {
         ))),
         None => None,
     };
-    tracing::info!(addr = %listener.local_addr()?, name = %args.name, "echo backend listening");
-    serve(listener, args.name.into(), log).await;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(acceptor(cert, key, args.tls_client_ca.as_deref())?),
+        _ => None,
+    };
+    if args.udp {
+        let socket = UdpSocket::bind(args.listen).await?;
+        tokio::spawn(serve_udp(socket, args.name.clone().into()));
+    }
+    tracing::info!(addr = %listener.local_addr()?, name = %args.name, tls = tls.is_some(), udp = args.udp, "echo backend listening");
+    serve(listener, args.name.into(), log, tls).await;
     Ok(())
 }
 
-async fn serve(listener: TcpListener, name: Arc<str>, log: RequestLog) {
+/// What a UDP datagram gets back.
+#[derive(Serialize)]
+struct UdpEcho<'a> {
+    name: &'a str,
+    /// The datagram received, as text (lossy).
+    request: &'a str,
+}
+
+/// One answer per datagram, to its sender: no state, so every flow the edge opens is
+/// answered by whichever echo it reached.
+async fn serve_udp(socket: UdpSocket, name: Arc<str>) {
+    let mut buf = vec![0u8; 65_535];
+    loop {
+        let (n, from) = match socket.recv_from(&mut buf).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(error = %e, "echo UDP receive failed");
+                continue;
+            }
+        };
+        let request = String::from_utf8_lossy(buf.get(..n).unwrap_or_default());
+        let answer = serde_json::to_vec(&UdpEcho {
+            name: &name,
+            request: &request,
+        })
+        .unwrap_or_default();
+        if let Err(e) = socket.send_to(&answer, from).await {
+            tracing::debug!(error = %e, %from, "echo UDP answer failed");
+        }
+    }
+}
+
+/// A TLS acceptor for the PEM chain and key in these files, offering h2 and http/1.1;
+/// with `client_ca`, clients must present a certificate from those CAs.
+fn acceptor(cert: &Path, key: &Path, client_ca: Option<&Path>) -> anyhow::Result<TlsAcceptor> {
+    let chain = CertificateDer::pem_file_iter(cert)?.collect::<Result<Vec<_>, _>>()?;
+    let key = PrivateKeyDer::from_pem_file(key)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(path) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for ca in CertificateDer::pem_file_iter(path)? {
+                roots.add(ca?)?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_single_cert(chain, key)?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
+}
+
+async fn serve(listener: TcpListener, name: Arc<str>, log: RequestLog, tls: Option<TlsAcceptor>) {
     let builder = auto::Builder::new(TokioExecutor::new());
     let sim = Arc::new(RetrySim::default());
     loop {
@@ -70,15 +148,40 @@ async fn serve(listener: TcpListener, name: Arc<str>, log: RequestLog) {
         let name = Arc::clone(&name);
         let log = log.clone();
         let sim = Arc::clone(&sim);
-        let conn = builder
-            .serve_connection_with_upgrades(
+        let Some(tls) = &tls else {
+            let conn = builder
+                .serve_connection_with_upgrades(
+                    TokioIo::new(stream),
+                    service_fn(move |req| {
+                        answer(Arc::clone(&name), log.clone(), Arc::clone(&sim), None, req)
+                    }),
+                )
+                .into_owned();
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(error = %e, "echo connection ended with error");
+                }
+            });
+            continue;
+        };
+        // The handshake on the connection's own task: a slow client delays no other.
+        let (tls, builder) = (tls.clone(), builder.clone());
+        tokio::spawn(async move {
+            let stream = match tls.accept(stream).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(error = %e, "echo TLS handshake failed");
+                    return;
+                }
+            };
+            let sni: Option<Arc<str>> = stream.get_ref().1.server_name().map(Into::into);
+            let conn = builder.serve_connection_with_upgrades(
                 TokioIo::new(stream),
                 service_fn(move |req| {
-                    answer(Arc::clone(&name), log.clone(), Arc::clone(&sim), req)
+                    let sni = sni.clone();
+                    answer(Arc::clone(&name), log.clone(), Arc::clone(&sim), sni, req)
                 }),
-            )
-            .into_owned();
-        tokio::spawn(async move {
+            );
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "echo connection ended with error");
             }
@@ -90,6 +193,7 @@ async fn answer(
     name: Arc<str>,
     log: RequestLog,
     sim: Arc<RetrySim>,
+    sni: Option<Arc<str>>,
     mut req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     if let Some(proto) = req.headers().get(header::UPGRADE).cloned() {
@@ -169,6 +273,7 @@ async fn answer(
         path: req.uri().path_and_query().map_or("/", |p| p.as_str()),
         host,
         protocol: format!("{:?}", req.version()),
+        sni: sni.as_deref(),
         headers,
     };
     let body = serde_json::to_vec(&echo).unwrap_or_default();

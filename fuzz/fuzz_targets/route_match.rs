@@ -149,6 +149,7 @@ fuzz_target!(|input: Input| {
                 backends: BackendSet::default(),
                 timeout: None,
                 retry: None,
+                backend_client_cert: None,
                 stats: RouteStats::new("fuzz", "HTTPRoute", "fuzz"),
             }),
         };

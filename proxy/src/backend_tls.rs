@@ -5,17 +5,26 @@
 //! per request. The connection pools that use it live inside it too (created on first
 //! use), so a new policy version (a rotated CA bundle, say) starts new connections while
 //! requests already on the old ones finish.
+//!
+//! A Gateway with `spec.tls.backend.clientCertificateRef` presents that certificate on
+//! these connections ([`crate::backend_client_cert`]); each certificate gets its own client
+//! configuration and pools beside the policy's (`presenting`), so a connection made for
+//! one Gateway is never reused for another that presents a different certificate (or
+//! none).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 pub use rustls::RootCertStore;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::client::{verify_server_cert_signed_by_trust_anchor, verify_server_name};
+use rustls::client::{Resumption, verify_server_cert_signed_by_trust_anchor, verify_server_name};
 use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signature};
 use rustls::server::ParsedCertificate;
+use rustls::sign::CertifiedKey;
 use rustls::{CertificateError, ClientConfig, DigitallySignedStruct, Error, OtherError};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 use serde::Serialize;
+
+use crate::backend_client_cert::Present;
 
 /// The ALPN protocol offered to the backend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -75,13 +84,38 @@ pub struct BackendTls {
     pub invalid: Option<Arc<str>>,
     #[serde(skip)]
     pub(crate) server_name: ServerName<'static>,
+    /// Connections that present no client certificate; `config` is `None` when invalid.
     #[serde(skip)]
+    pub(crate) plain: Dialer,
+    /// Variants presenting a Gateway's client certificate, by its chain.
+    #[serde(skip)]
+    presenting: Mutex<Vec<Arc<Dialer>>>,
+}
+
+/// One client configuration and the pools of the connections made with it.
+pub(crate) struct Dialer {
     pub(crate) config: Option<Arc<ClientConfig>>,
-    #[serde(skip)]
+    /// The client certificate chain presented (empty: none).
+    chain: Vec<CertificateDer<'static>>,
     pub(crate) http1: OnceLock<crate::upstream::H1Pool>,
-    #[serde(skip)]
     pub(crate) h2: OnceLock<crate::upstream::H2Pool>,
 }
+
+impl Dialer {
+    fn new(config: Option<Arc<ClientConfig>>, chain: Vec<CertificateDer<'static>>) -> Self {
+        Self {
+            config,
+            chain,
+            http1: OnceLock::new(),
+            h2: OnceLock::new(),
+        }
+    }
+}
+
+/// Distinct client certificates kept per policy; past it the oldest variant is dropped
+/// (its connections close once idle). Only Gateways sharing one backend, or rotations,
+/// add variants, so this is rarely reached; beyond it pools are rebuilt, never wrong.
+const MAX_PRESENTING: usize = 8;
 
 impl BackendTls {
     /// A usable policy: the chain must lead to `roots`, and the leaf must name
@@ -117,10 +151,34 @@ impl BackendTls {
             subject_alt_names: sans,
             invalid: None,
             server_name,
-            config: Some(Arc::new(config)),
-            http1: OnceLock::new(),
-            h2: OnceLock::new(),
+            plain: Dialer::new(Some(Arc::new(config)), Vec::new()),
+            presenting: Mutex::new(Vec::new()),
         })
+    }
+
+    /// The configuration and pools for connections presenting `key`; `None` when the
+    /// policy is invalid (its connections fail whatever the certificate).
+    pub(crate) fn presenting(&self, key: &Arc<CertifiedKey>) -> Option<Arc<Dialer>> {
+        let base = self.plain.config.as_ref()?;
+        let mut variants = self
+            .presenting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(v) = variants.iter().find(|v| v.chain == key.cert) {
+            return Some(Arc::clone(v));
+        }
+        let mut config = (**base).clone();
+        config.client_auth_cert_resolver = Arc::new(Present::new(Arc::clone(key)));
+        // A clone shares the session cache: a TLS 1.3 session resumed from it carries
+        // the identity of the handshake that made it, so a Gateway presenting no
+        // certificate (or another) could resume as this one. Each variant keeps its own.
+        config.resumption = Resumption::default();
+        let variant = Arc::new(Dialer::new(Some(Arc::new(config)), key.cert.clone()));
+        if variants.len() >= MAX_PRESENTING {
+            variants.remove(0);
+        }
+        variants.push(Arc::clone(&variant));
+        Some(variant)
     }
 
     /// A policy whose connections must fail (the spec: "Connections using an invalid
@@ -135,9 +193,8 @@ impl BackendTls {
             server_name: ServerName::try_from(hostname.to_owned()).unwrap_or(
                 ServerName::IpAddress(std::net::IpAddr::from([0, 0, 0, 0]).into()),
             ),
-            config: None,
-            http1: OnceLock::new(),
-            h2: OnceLock::new(),
+            plain: Dialer::new(None, Vec::new()),
+            presenting: Mutex::new(Vec::new()),
         }
     }
 }

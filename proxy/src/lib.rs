@@ -7,6 +7,7 @@
 
 pub mod access_log;
 pub mod backend;
+pub mod backend_client_cert;
 pub mod backend_tls;
 pub mod client_auth;
 pub mod config;

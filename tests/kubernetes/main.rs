@@ -5,6 +5,7 @@
 // helpers (outside them) may unwrap too: a panic is how a test fails.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod backend_client_cert;
 mod backend_tls;
 mod chart;
 mod chart_rbac;

@@ -10,6 +10,7 @@
 mod common;
 
 mod access_log;
+mod backend_client_cert;
 mod backend_tls;
 mod backend_tls_grpc;
 mod body_limit;
@@ -55,4 +56,6 @@ mod tls_terminate;
 mod traces;
 mod upgrade;
 mod upstream_connect;
+mod websocket;
+mod websocket_h2;
 mod workers;

@@ -172,28 +172,58 @@ impl<'s> BackendResolver<'s> {
                 message: format!("Service {key} has no port {port}"),
             });
         };
-        // The spec's appProtocol values that change how the proxy talks to the backend;
-        // `kubernetes.io/ws` and the rest stay HTTP/1.1 (upgrades pass through anyway).
-        // gRPC exists only over HTTP/2, so GRPCRoute backends are h2c whatever the port
-        // says (TLS to backends comes with BackendTLSPolicy).
-        let protocol = match service_port.app_protocol.as_deref() {
+        // The spec's appProtocol values (GEP-1911) that change how the proxy talks to
+        // the backend. gRPC exists only over HTTP/2, so GRPCRoute backends are h2c
+        // whatever else the port says (TLS to backends comes with BackendTLSPolicy).
+        // `kubernetes.io/ws` and `wss` are HTTP/1.1, whose Upgrade is how a WebSocket
+        // starts; `wss` is that over TLS. Other values stay HTTP/1.1 (upgrades pass
+        // through there too).
+        let app_protocol = service_port.app_protocol.as_deref();
+        let http_route = matches!(from_kind, "HTTPRoute" | "GRPCRoute");
+        if let Some(ws @ ("kubernetes.io/ws" | "kubernetes.io/wss")) = app_protocol
+            && from_kind == "GRPCRoute"
+        {
+            return Err(RefProblem {
+                reason: "UnsupportedProtocol",
+                message: format!(
+                    "Service {key} port {port} has appProtocol {ws}: gRPC does not run over WebSocket"
+                ),
+            });
+        }
+        let protocol = match app_protocol {
             Some("kubernetes.io/h2c") => UpstreamProtocol::H2c,
             _ if from_kind == "GRPCRoute" => UpstreamProtocol::H2c,
             _ => UpstreamProtocol::Http1,
         };
+        // WebSocket over TLS needs to know whom to trust: GEP-1911 supports `wss` for
+        // HTTPRoute only with a BackendTLSPolicy for the port; without one the backend
+        // is unusable (UnsupportedProtocol), never reached in plaintext.
+        let needs_policy = http_route && app_protocol == Some("kubernetes.io/wss");
         // L4 routes carry opaque streams: their TLS (TLSRoute Terminate) offers no ALPN.
         let alpn = match (from_kind, protocol) {
             ("TLSRoute" | "TCPRoute" | "UDPRoute", _) => Alpn::None,
             (_, UpstreamProtocol::H2c) => Alpn::H2,
             _ => Alpn::Http1,
         };
+        let no_policy = || RefProblem {
+            reason: "UnsupportedProtocol",
+            message: format!(
+                "Service {key} port {port} has appProtocol kubernetes.io/wss (WebSocket over TLS) and no BackendTLSPolicy"
+            ),
+        };
         if let Some(b) = self.cache.get(&(key.clone(), port, protocol, alpn)) {
+            if needs_policy && b.tls.is_none() {
+                return Err(no_policy());
+            }
             return Ok(Arc::clone(b));
         }
         let port_name = service_port.name.as_deref().unwrap_or("");
         let tls = self
             .policies
             .lookup(&key, service_port.name.as_deref(), alpn);
+        if needs_policy && tls.is_none() {
+            return Err(no_policy());
+        }
         let mut endpoints: Vec<(SocketAddr, Option<Arc<str>>)> = Vec::new();
         let slices: Vec<&EndpointSlice> = self.slices_of(&key).to_vec();
         for slice in slices {

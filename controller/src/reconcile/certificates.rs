@@ -37,46 +37,67 @@ pub fn resolve(
             "tls.certificateRefs is empty".to_owned(),
         ));
     };
-    let group = r.group.as_deref().unwrap_or("");
-    let kind = r.kind.as_deref().unwrap_or("Secret");
+    let r = SecretRef {
+        field: "certificateRef",
+        group: r.group.as_deref().unwrap_or(""),
+        kind: r.kind.as_deref().unwrap_or("Secret"),
+        name: &r.name,
+        namespace: r.namespace.as_deref(),
+    };
+    certified_key(store, (owner_kind, gateway_ns), &r, "InvalidCertificateRef")
+}
+
+/// A reference to a Secret holding a certificate and its key, whatever field it is in.
+pub struct SecretRef<'a> {
+    /// The referring field, for messages (`certificateRef`).
+    pub field: &'static str,
+    pub group: &'a str,
+    pub kind: &'a str,
+    pub name: &'a str,
+    pub namespace: Option<&'a str>,
+}
+
+/// The certificate and key of the Secret `r` names, referred to by an `owner` (kind and
+/// namespace; a ReferenceGrant must admit that kind across namespaces). Problems other
+/// than a missing grant carry `invalid`, the reason the referring field's spec names.
+pub fn certified_key(
+    store: &Store,
+    (owner_kind, owner_ns): (&str, &str),
+    r: &SecretRef<'_>,
+    invalid: &'static str,
+) -> Result<Arc<CertifiedKey>, Problem> {
+    let (group, kind) = (r.group, r.kind);
     if !group.is_empty() || kind != "Secret" {
         return Err((
-            "InvalidCertificateRef",
-            format!("certificateRef {group}/{kind} {} is not a Secret", r.name),
+            invalid,
+            format!("{} {group}/{kind} {} is not a Secret", r.field, r.name),
         ));
     }
-    let namespace = r.namespace.as_deref().unwrap_or(gateway_ns);
-    if namespace != gateway_ns
-        && !store.reference_granted(owner_kind, gateway_ns, "", "Secret", namespace, &r.name)
+    let namespace = r.namespace.unwrap_or(owner_ns);
+    if namespace != owner_ns
+        && !store.reference_granted(owner_kind, owner_ns, "", "Secret", namespace, r.name)
     {
         return Err((
             "RefNotPermitted",
             format!(
-                "certificateRef to Secret {namespace}/{} crosses namespaces without a ReferenceGrant",
-                r.name
+                "{} to Secret {namespace}/{} crosses namespaces without a ReferenceGrant",
+                r.field, r.name
             ),
         ));
     }
-    let key = ObjectKey::new(namespace, r.name.as_str());
+    let key = ObjectKey::new(namespace, r.name);
     let Some(secret) = store.secrets.get(&key) else {
-        return Err(("InvalidCertificateRef", format!("Secret {key} not found")));
+        return Err((invalid, format!("Secret {key} not found")));
     };
     if let Some(why) = store.oversized_secrets.get(&key) {
-        return Err((
-            "InvalidCertificateRef",
-            format!("Secret {key} is too large: {why}"),
-        ));
+        return Err((invalid, format!("Secret {key} is too large: {why}")));
     }
     let (Some(cert), Some(private_key)) = (field(secret, "tls.crt"), field(secret, "tls.key"))
     else {
-        return Err((
-            "InvalidCertificateRef",
-            format!("Secret {key} has no tls.crt and tls.key"),
-        ));
+        return Err((invalid, format!("Secret {key} has no tls.crt and tls.key")));
     };
     // The parse error names what is wrong, never the key material itself.
-    tls::certified_key(&cert, &private_key)
-        .map_err(|e| ("InvalidCertificateRef", format!("Secret {key}: {e}")))
+    tls::certified_key(&cert, &private_key).map_err(|e| (invalid, format!("Secret {key}: {e}")))
 }
 
 /// A Secret field from `data` (decoded) or `stringData` (as written in manifests).

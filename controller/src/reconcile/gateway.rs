@@ -31,6 +31,8 @@ pub struct GatewayModel<'a> {
     pub rejected: Option<Problem>,
     pub address: Result<IpAddr, AddressError>,
     pub listeners: Vec<ListenerModel<'a>>,
+    /// The certificate presented to TLS backends (`spec.tls.backend`), if any.
+    pub backend_client: Option<super::backend_client_cert::BackendClient>,
 }
 
 pub struct ListenerModel<'a> {

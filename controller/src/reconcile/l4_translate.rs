@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use aether_proxy::backend::{BackendSet, BackendTarget, WeightedBackend};
+use aether_proxy::backend_client_cert::ClientCertificate;
 use aether_proxy::filters::Filters;
 use aether_proxy::l4::{L4Routes, L4Target};
 use aether_proxy::tls::TlsCerts;
@@ -25,8 +26,9 @@ struct Plan {
     /// Certificates by SNI of TLS-terminating listeners.
     tls: Option<TlsCerts>,
     sections: Vec<Arc<str>>,
-    /// (route index, hostname, terminated) in listener order.
-    entries: Vec<(usize, Option<String>, bool)>,
+    /// (route index, hostname, terminated, the Gateway's backend client certificate)
+    /// in listener order.
+    entries: Vec<(usize, Option<String>, bool, Client)>,
     /// TLS listeners' (hostname, terminates), for a port with both modes.
     tls_listeners: Vec<(Option<String>, bool)>,
 }
@@ -41,10 +43,11 @@ pub fn add_listeners(
     // Keyed by socket across Gateways, as HTTP sockets are (a shared address lets
     // several Gateways' TLS listeners on one port be told apart by SNI).
     let mut plans: BTreeMap<(bool, SocketAddr), Plan> = BTreeMap::new();
-    let mut targets: BTreeMap<(Arc<str>, usize), Arc<L4Target>> = BTreeMap::new();
+    let mut targets: BTreeMap<TargetKey, Arc<L4Target>> = BTreeMap::new();
     for model in gateways.values() {
         let Ok(ip) = model.address else { continue };
         let gateway: Arc<str> = model.key.to_string().into();
+        let client: Client = model.backend_client.as_ref().map(|b| Arc::clone(&b.cert));
         for listener in model.listeners.iter().filter(|l| l.usable() && l.is_l4()) {
             let Some(port) = listener.port() else {
                 continue;
@@ -73,7 +76,7 @@ pub fn add_listeners(
                         Arc::clone(&gateway),
                         vec![listener.section()],
                         protocol,
-                        L4Routes::single(target(&gateway, route)),
+                        L4Routes::single(target(&gateway, route, client.clone())),
                     )
                     .with_public_port(p);
                     let map = if listener.is_udp() {
@@ -122,7 +125,8 @@ pub fn add_listeners(
             }
             for att in &listener.l4_attachments {
                 for host in att.hostnames.iter() {
-                    plan.entries.push((att.route, host.clone(), terminates));
+                    plan.entries
+                        .push((att.route, host.clone(), terminates, client.clone()));
                 }
             }
         }
@@ -135,13 +139,14 @@ pub fn add_listeners(
         });
         let mixed = plan.protocol == Protocol::TlsMixed;
         let mut l4 = L4Routes::default();
-        for (index, host, terminated) in plan.entries {
+        for (index, host, terminated, client) in plan.entries {
             let Some((route, _)) = routes.get(index) else {
                 continue;
             };
+            let by = client.as_ref().map(|c| Arc::as_ptr(c) as usize);
             let target = targets
-                .entry((Arc::clone(&plan.gateway), index))
-                .or_insert_with(|| Arc::new(target(&plan.gateway, route)));
+                .entry((Arc::clone(&plan.gateway), index, by))
+                .or_insert_with(|| Arc::new(target(&plan.gateway, route, client)));
             if mixed && terminated {
                 l4.add_terminated(host.as_deref(), Arc::clone(target));
             } else {
@@ -165,7 +170,14 @@ pub fn add_listeners(
     }
 }
 
-fn target(gateway: &str, route: &L4RouteModel) -> L4Target {
+/// A Gateway's backend client certificate (`spec.tls.backend`), if it has one.
+type Client = Option<Arc<ClientCertificate>>;
+
+/// (Gateway, route index, client certificate by address): by the certificate too, as
+/// Gateways sharing a socket may each present their own (one Arc per Gateway).
+type TargetKey = (Arc<str>, usize, Option<usize>);
+
+fn target(gateway: &str, route: &L4RouteModel, client: Client) -> L4Target {
     let backends = route
         .backends
         .iter()
@@ -188,4 +200,5 @@ fn target(gateway: &str, route: &L4RouteModel) -> L4Target {
         route.key.to_string().into(),
         BackendSet::new(backends),
     )
+    .with_backend_client_cert(client)
 }

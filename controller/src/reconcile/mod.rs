@@ -5,6 +5,7 @@
 
 pub mod address;
 mod backend;
+mod backend_client_cert;
 mod backend_tls;
 mod certificates;
 pub mod conditions;

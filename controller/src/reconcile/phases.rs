@@ -22,8 +22,8 @@ use super::backend::BackendResolver;
 use super::conditions as cond;
 use super::gateway::{self, GatewayModel};
 use super::{
-    Addressing, Outcome, Settings, address_request, gateway_status, incremental, l4, l4_translate,
-    listenerset, portpool, route_memo, services, shared,
+    Addressing, Outcome, Settings, address_request, backend_client_cert, gateway_status,
+    incremental, l4, l4_translate, listenerset, portpool, route_memo, services, shared,
 };
 use crate::l4route::L4Route;
 use crate::status::{ObjectStatus, Statuses};
@@ -181,6 +181,7 @@ fn gateway_models<'s>(
                     .remove(*key)
                     .unwrap_or(Err(AddressError::PoolExhausted)),
                 listeners: gateway::listeners(store, &key.namespace, gw, sets.for_gateway(key)),
+                backend_client: backend_client_cert::resolve(store, &key.namespace, gw),
             };
             ((*key).clone(), model)
         })
@@ -275,6 +276,9 @@ fn gateway_statuses(
             }
             if let Some(c) = super::frontend_tls::insecure_fallback_condition(gw, model.generation)
             {
+                status.conditions.get_or_insert_with(Vec::new).push(c);
+            }
+            if let Some(c) = backend_client_cert::resolved_refs(model) {
                 status.conditions.get_or_insert_with(Vec::new).push(c);
             }
         }

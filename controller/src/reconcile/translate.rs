@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use aether_proxy::backend::{BackendSet, BackendTarget, WeightedBackend};
+use aether_proxy::backend_client_cert::ClientCertificate;
 use aether_proxy::client_auth::ClientAuth;
 use aether_proxy::filters::Filters;
 use aether_proxy::routing::{RouteEntry, RouteOrder, RouteTable, RuleAction, VirtualHost};
@@ -68,12 +69,26 @@ impl RouteActions {
         self.0.retain(|(gw, _)| keep(gw));
     }
 
-    /// The actions on Gateway `key` (named `gateway` in metrics), built if missing.
-    fn on(&mut self, key: &ObjectKey, gateway: &Arc<str>, route: &RouteModel) -> Arc<Actions> {
-        if let Some((_, acts)) = self.0.iter().find(|(gw, _)| gw == key) {
-            return Arc::clone(acts);
+    /// The actions on Gateway `key` (named `gateway` in metrics, presenting `client` to
+    /// TLS backends), built if missing or made with another client certificate.
+    fn on(
+        &mut self,
+        key: &ObjectKey,
+        (gateway, client): (&Arc<str>, &Client),
+        route: &RouteModel,
+    ) -> Arc<Actions> {
+        let same = |a: &Client| match (a, client) {
+            (None, None) => true,
+            (Some(a), Some(b)) => a.same(b),
+            _ => false,
+        };
+        if let Some(at) = self.0.iter().position(|(gw, _)| gw == key) {
+            if let Some((_, acts)) = self.0.get(at).filter(|(_, a)| same(&a.client)) {
+                return Arc::clone(acts);
+            }
+            self.0.swap_remove(at);
         }
-        let acts = Arc::new(rule_actions(gateway, route));
+        let acts = Arc::new(rule_actions(gateway, client, route));
         // Usually the only Gateway: a push would reserve four (kept per route).
         self.0.reserve_exact(1);
         self.0.push((key.clone(), Arc::clone(&acts)));
@@ -85,14 +100,19 @@ impl RouteActions {
 pub struct Actions {
     name: Arc<str>,
     rules: Vec<Arc<RuleAction>>,
+    /// The Gateway's backend client certificate the rules were made with.
+    client: Client,
 }
+
+/// A Gateway's backend client certificate (`spec.tls.backend`), if it has one.
+type Client = Option<Arc<ClientCertificate>>;
 
 /// Per socket, the hostnames to build again; `None` for all of them.
 type Dirty = BTreeMap<SocketAddr, Option<HashSet<Box<str>>>>;
 
-/// Per Gateway, per listener index, the socket it serves on and the Gateway's name
-/// (`None`: the listener serves no HTTP routes).
-type ListenerSockets<'g> = BTreeMap<&'g ObjectKey, Vec<Option<(SocketAddr, Arc<str>)>>>;
+/// Per Gateway, per listener index, the socket it serves on, the Gateway's name and its
+/// backend client certificate (`None`: the listener serves no HTTP routes).
+type ListenerSockets<'g> = BTreeMap<&'g ObjectKey, Vec<Option<(SocketAddr, Arc<str>, Client)>>>;
 
 impl TranslateMemo {
     pub(super) fn snapshot(
@@ -181,14 +201,14 @@ impl TranslateMemo {
             return;
         };
         for p in &attached.placements {
-            let Some((addr, gateway)) = listeners
+            let Some((addr, gateway, client)) = listeners
                 .get(&p.gateway)
                 .and_then(|ls| ls.get(p.listener))
                 .and_then(Option::as_ref)
             else {
                 continue;
             };
-            let acts = actions.on(&p.gateway, gateway, model);
+            let acts = actions.on(&p.gateway, (gateway, client), model);
             let socket = self.sockets.entry(*addr).or_default();
             for host in p.hostnames.iter() {
                 let host = host.as_deref().unwrap_or("");
@@ -300,6 +320,7 @@ fn plan_sockets<'g>(
     for (key, model) in gateways {
         let Ok(ip) = model.address else { continue };
         let gateway: Arc<str> = model.key.to_string().into();
+        let client = model.backend_client.as_ref().map(|b| Arc::clone(&b.cert));
         let mut on = vec![None; model.listeners.len()];
         for (i, listener) in model.listeners.iter().enumerate() {
             if !listener.usable() || listener.is_l4() {
@@ -329,7 +350,7 @@ fn plan_sockets<'g>(
                 plan.client_auth.get_or_insert_with(|| Arc::clone(auth));
             }
             if let Some(slot) = on.get_mut(i) {
-                *slot = Some((addr, Arc::clone(&gateway)));
+                *slot = Some((addr, Arc::clone(&gateway), client.clone()));
             }
         }
         serving.insert(key, on);
@@ -405,7 +426,7 @@ impl PortPlan {
     }
 }
 
-fn rule_actions(gateway: &Arc<str>, route: &RouteModel) -> Actions {
+fn rule_actions(gateway: &Arc<str>, client: &Client, route: &RouteModel) -> Actions {
     let name: Arc<str> = route.key.to_string().into();
     let stats = RouteStats::new(Arc::clone(gateway), route.kind, Arc::clone(&name));
     let rules = route
@@ -450,9 +471,14 @@ fn rule_actions(gateway: &Arc<str>, route: &RouteModel) -> Actions {
                 backends: BackendSet::new(backends),
                 timeout: rule.timeout,
                 retry: rule.retry.clone(),
+                backend_client_cert: client.clone(),
                 stats: stats.clone(),
             })
         })
         .collect();
-    Actions { name, rules }
+    Actions {
+        name,
+        rules,
+        client: client.clone(),
+    }
 }

@@ -16,6 +16,7 @@ use http_body_util::{BodyExt, Either, Full};
 use metrics::counter;
 
 use super::outbound;
+use crate::backend_client_cert::ClientCertificate;
 use crate::filters::Mirror;
 use crate::telemetry::MIRROR_SKIPPED_TOTAL;
 use crate::upstream::Upstreams;
@@ -26,6 +27,7 @@ const MIRROR_TIMEOUT: Duration = Duration::from_secs(10);
 pub fn send(
     upstreams: &Arc<Upstreams>,
     mirrors: &[Mirror],
+    client_cert: Option<&Arc<ClientCertificate>>,
     parts: &RequestParts,
     path_and_query: &PathAndQuery,
     body_is_empty: bool,
@@ -54,10 +56,11 @@ pub fn send(
         let endpoint = endpoint.clone();
         let backend_ref = Arc::clone(&m.backend);
         let backend = Arc::clone(&m.backend.name);
+        let client_cert = client_cert.cloned();
         tokio::spawn(async move {
             let sent = upstreams.send(
                 protocol,
-                &backend_ref,
+                (&backend_ref, client_cert.as_deref()),
                 &endpoint,
                 Request::from_parts(p, body),
             );

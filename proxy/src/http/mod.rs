@@ -29,7 +29,7 @@ use crate::access_log::{self, HttpRecord, LoggedBody, RequestBody};
 use crate::state::ProxyState;
 use crate::upstream::{UpstreamBody, Upstreams, attempts};
 
-use crate::backend::Pick;
+use crate::backend::{Pick, UpstreamProtocol};
 use crate::cors::Cors;
 use crate::filters::{Redirect, RedirectInput};
 use crate::routing::RuleAction;
@@ -364,17 +364,28 @@ async fn forward(
         mirror::send(
             &conn.upstreams,
             &action.filters.mirrors,
+            action.backend_client_cert.as_ref(),
             &parts,
             &path_and_query,
             body.is_end_stream(),
         );
     }
     let protocol = conn.upstreams.protocol_for(backend);
+    // A WebSocket to an HTTP/2 upstream goes as extended CONNECT (see `upgrade`); its
+    // answer needs the client's key.
+    let extended_connect = matches!(
+        protocol,
+        UpstreamProtocol::H2c | UpstreamProtocol::H2Tls | UpstreamProtocol::Mesh
+    ) && upgrade_proto.as_ref().is_some_and(upgrade::is_websocket);
+    let ws_key = extended_connect
+        .then(|| parts.headers.get(header::SEC_WEBSOCKET_KEY).cloned())
+        .flatten();
     let exchange = attempts::exchange(
         attempts::Target {
             upstreams: &conn.upstreams,
             policy: action.retry.as_deref(),
             backend,
+            client_cert: action.backend_client_cert.as_deref(),
             endpoint,
             protocol,
         },
@@ -392,6 +403,9 @@ async fn forward(
             .map_err(|_| ProxyError::Timeout)??,
         None => exchange.await?,
     };
+    if extended_connect && resp.status() == StatusCode::OK {
+        upgrade::to_switching(&mut resp, ws_key.as_ref());
+    }
     let switching = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
     let upgraded_to = switching
         .then(|| resp.headers().get(header::UPGRADE).cloned())

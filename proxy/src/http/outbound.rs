@@ -88,6 +88,9 @@ pub fn target(
                 .and_then(|h| h.to_str().ok().and_then(|h| h.parse().ok()));
             uri.authority = Some(host.unwrap_or_else(|| endpoint.authority.clone()));
             parts.version = Version::HTTP_2;
+            if upgrade.is_some_and(upgrade::is_websocket) {
+                upgrade::to_extended_connect(parts);
+            }
             if protocol == UpstreamProtocol::Mesh {
                 // The inbound listener is at another port than the workload; this
                 // names the workload's (see crate::mesh).

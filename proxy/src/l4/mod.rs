@@ -21,6 +21,7 @@ use serde::{Serialize, Serializer};
 
 use crate::access_log::L4Record;
 use crate::backend::BackendSet;
+use crate::backend_client_cert::ClientCertificate;
 use crate::hostmap::HostMap;
 
 pub use crate::telemetry::{
@@ -37,6 +38,10 @@ pub struct L4Target {
     #[serde(skip)]
     pub kind: &'static str,
     pub backends: BackendSet,
+    /// The certificate the Gateway presents when it originates TLS (TLSRoute Terminate
+    /// to a backend with a BackendTLSPolicy).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_client_cert: Option<Arc<ClientCertificate>>,
     #[serde(skip)]
     pub stats: L4Stats,
 }
@@ -48,8 +53,15 @@ impl L4Target {
             route,
             kind,
             backends,
+            backend_client_cert: None,
             stats,
         }
+    }
+
+    /// Presents `cert` on the TLS this target's connections originate.
+    pub fn with_backend_client_cert(mut self, cert: Option<Arc<ClientCertificate>>) -> Self {
+        self.backend_client_cert = cert;
+        self
     }
 }
 

@@ -100,7 +100,9 @@ async fn forward_with<S: ClientStream>(
         .await;
     };
     let handshake = async {
-        let dial = crate::upstream::tls::dial(tls, backend).map_err(|e| e.to_string())?;
+        let client = target.backend_client_cert.as_deref();
+        let dialer = crate::upstream::tls::dialer(tls, client).map_err(|e| e.to_string())?;
+        let dial = crate::upstream::tls::dial(tls, &dialer, backend).map_err(|e| e.to_string())?;
         tokio::time::timeout(CONNECT_TIMEOUT, dial.handshake(upstream))
             .await
             .map_err(|_| "TLS handshake timed out".to_owned())?

@@ -81,7 +81,13 @@ pub fn request(data: &[u8]) {
     assert_eq!(up.method, Some(head.method.as_str()));
     assert_eq!(up.path, Some(head.target));
     for h in up.headers.iter() {
-        for banned in ["connection", "transfer-encoding", "upgrade", "te", "keep-alive"] {
+        for banned in [
+            "connection",
+            "transfer-encoding",
+            "upgrade",
+            "te",
+            "keep-alive",
+        ] {
             assert!(!h.name.eq_ignore_ascii_case(banned), "{}", h.name);
         }
         if h.name.eq_ignore_ascii_case("x-forwarded-for") {

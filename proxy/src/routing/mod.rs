@@ -41,6 +41,11 @@ pub struct RuleAction {
     /// The rule's `retry`; `None` leaves only the retry of a failed connect.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry: Option<Box<crate::retry::RetryPolicy>>,
+    /// The certificate the Gateway presents to backends it reaches over TLS
+    /// (`spec.tls.backend`). Here, not on the listener: Gateways sharing a socket (a
+    /// shared address) may each present their own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend_client_cert: Option<Arc<crate::backend_client_cert::ClientCertificate>>,
     #[serde(skip)]
     pub stats: RouteStats,
 }

@@ -25,6 +25,7 @@ fn entry(route: &str, path: PathMatch, created: i64) -> RouteEntry {
             backends: BackendSet::default(),
             timeout: None,
             retry: None,
+            backend_client_cert: None,
             stats: crate::telemetry::RouteStats::new("gw", "HTTPRoute", route),
         }),
     }

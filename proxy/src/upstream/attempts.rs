@@ -32,6 +32,7 @@ use tokio::time::Instant;
 use super::{UpstreamBody, UpstreamError, Upstreams, record_failure, record_health};
 use crate::access_log::RequestBody;
 use crate::backend::{Backend, Endpoint, UpstreamProtocol};
+use crate::backend_client_cert::ClientCertificate;
 use crate::http::{ProxyError, outbound};
 use crate::retry::{MAX_REPLAY_BODY, RetryPolicy, is_idempotent};
 
@@ -40,6 +41,8 @@ pub(crate) struct Target<'a> {
     pub upstreams: &'a Upstreams,
     pub policy: Option<&'a RetryPolicy>,
     pub backend: &'a Backend,
+    /// What the listener's Gateway presents to TLS backends.
+    pub client_cert: Option<&'a ClientCertificate>,
     pub endpoint: &'a Endpoint,
     pub protocol: UpstreamProtocol,
 }
@@ -171,7 +174,8 @@ pub(crate) async fn exchange(
         let deadline = plan.attempt_timeout.map(|d| Instant::now() + d);
         let outcome = match within(
             deadline,
-            t.upstreams.connect(t.protocol, t.backend, endpoint, fresh),
+            t.upstreams
+                .connect(t.protocol, (t.backend, t.client_cert), endpoint, fresh),
         )
         .await
         {

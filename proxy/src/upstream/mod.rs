@@ -21,6 +21,7 @@ pub(crate) use h1::H1Pool;
 pub(crate) use h2pool::H2Pool;
 
 use crate::backend::{Backend, Endpoint, UpstreamProtocol};
+use crate::backend_client_cert::ClientCertificate;
 use crate::http::Body;
 use crate::mesh::MeshClient;
 
@@ -110,12 +111,13 @@ impl Upstreams {
     }
 
     /// A connection to `endpoint` (or a stream slot on one) for one request; `fresh`:
-    /// a new HTTP/1.1 connection, not a pooled one. No request is consumed: a failed
+    /// a new HTTP/1.1 connection, not a pooled one; `client`: the certificate the
+    /// listener's Gateway presents to TLS backends. No request is consumed: a failed
     /// connect can be retried on another endpoint.
     pub(crate) async fn connect(
         &self,
         protocol: UpstreamProtocol,
-        backend: &Backend,
+        (backend, client): (&Backend, Option<&ClientCertificate>),
         endpoint: &Endpoint,
         fresh: bool,
     ) -> Result<Ready, UpstreamError> {
@@ -129,7 +131,8 @@ impl Upstreams {
             UpstreamProtocol::Tls | UpstreamProtocol::H2Tls => match &backend.tls {
                 Some(policy) => {
                     let h2 = protocol == UpstreamProtocol::H2Tls;
-                    tls::connect(&self.settings, policy, h2, backend, endpoint, fresh).await
+                    let tls = (&**policy, client);
+                    tls::connect(&self.settings, tls, h2, backend, endpoint, fresh).await
                 }
                 None => Err(UpstreamError::Refused("backend has no TLS policy".into())),
             },
@@ -144,11 +147,12 @@ impl Upstreams {
     pub(crate) async fn send(
         &self,
         protocol: UpstreamProtocol,
-        backend: &Backend,
+        (backend, client): (&Backend, Option<&ClientCertificate>),
         endpoint: &Endpoint,
         req: Request<Body>,
     ) -> Result<Response<UpstreamBody>, UpstreamError> {
-        let result = match self.connect(protocol, backend, endpoint, false).await {
+        let target = (backend, client);
+        let result = match self.connect(protocol, target, endpoint, false).await {
             Ok(ready) => ready.send(req).await,
             Err(e) => Err(e),
         };

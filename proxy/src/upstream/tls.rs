@@ -13,7 +13,8 @@ use super::h1::H1Pool;
 use super::h2pool::H2Pool;
 use super::{BoxError, Ready, UpstreamError, UpstreamSettings};
 use crate::backend::{Backend, Endpoint};
-use crate::backend_tls::BackendTls;
+use crate::backend_client_cert::ClientCertificate;
+use crate::backend_tls::{BackendTls, Dialer};
 
 /// What a TLS dial needs: the policy's client config and SNI, and the backend's name
 /// for the error counter.
@@ -39,9 +40,53 @@ impl TlsDial {
     }
 }
 
-/// The policy's TLS dial for `backend`, or why its connections must fail.
-pub(crate) fn dial(tls: &BackendTls, backend: &Backend) -> Result<TlsDial, UpstreamError> {
-    let Some(config) = &tls.config else {
+/// The connections of `tls` that present `client` (a Gateway's backend client
+/// certificate), or the policy's own when there is none; an invalid certificate makes
+/// them fail, as an invalid policy does.
+pub(crate) fn dialer<'a>(
+    tls: &'a BackendTls,
+    client: Option<&ClientCertificate>,
+) -> Result<Variant<'a>, UpstreamError> {
+    let Some(client) = client else {
+        return Ok(Variant::Plain(&tls.plain));
+    };
+    let Some(key) = &client.key else {
+        let why = client.invalid.as_deref().unwrap_or("not usable");
+        return Err(UpstreamError::Connect(
+            format!("backend client certificate {}: {why}", client.reference).into(),
+        ));
+    };
+    match tls.presenting(key) {
+        Some(v) => Ok(Variant::Presenting(v)),
+        // The policy itself is invalid: dial() says why.
+        None => Ok(Variant::Plain(&tls.plain)),
+    }
+}
+
+/// A [`Dialer`] of a policy, borrowed or held.
+pub(crate) enum Variant<'a> {
+    Plain(&'a Dialer),
+    Presenting(Arc<Dialer>),
+}
+
+impl std::ops::Deref for Variant<'_> {
+    type Target = Dialer;
+    fn deref(&self) -> &Dialer {
+        match self {
+            Variant::Plain(d) => d,
+            Variant::Presenting(d) => d,
+        }
+    }
+}
+
+/// The policy's TLS dial for `backend` with `dialer`'s configuration, or why its
+/// connections must fail.
+pub(crate) fn dial(
+    tls: &BackendTls,
+    dialer: &Dialer,
+    backend: &Backend,
+) -> Result<TlsDial, UpstreamError> {
+    let Some(config) = &dialer.config else {
         let why = tls.invalid.as_deref().unwrap_or("no usable CA certificate");
         return Err(UpstreamError::Connect(
             format!("BackendTLSPolicy {}: {why}", tls.policy).into(),
@@ -55,32 +100,36 @@ pub(crate) fn dial(tls: &BackendTls, backend: &Backend) -> Result<TlsDial, Upstr
     })
 }
 
-/// A connection to `endpoint` over the policy's TLS: HTTP/2 when `h2`, else HTTP/1.1
-/// (a new one when `fresh`).
+/// A connection to `endpoint` over the policy's TLS, presenting `client` if given:
+/// HTTP/2 when `h2`, else HTTP/1.1 (a new one when `fresh`).
 pub(crate) async fn connect(
     settings: &UpstreamSettings,
-    tls: &BackendTls,
+    (tls, client): (&BackendTls, Option<&ClientCertificate>),
     h2: bool,
     backend: &Backend,
     endpoint: &Endpoint,
     fresh: bool,
 ) -> Result<Ready, UpstreamError> {
+    let dialer = dialer(tls, client)?;
     if h2 {
-        let pool = match tls.h2.get() {
+        let pool = match dialer.h2.get() {
             Some(p) => p,
             None => {
-                let dial = dial(tls, backend)?;
-                tls.h2
+                let dial = dial(tls, &dialer, backend)?;
+                dialer
+                    .h2
                     .get_or_init(|| H2Pool::new(settings.connect_timeout).with_tls(dial))
             }
         };
         return pool.sender(endpoint.addr).await.map(Ready::H2);
     }
-    let pool = match tls.http1.get() {
+    let pool = match dialer.http1.get() {
         Some(p) => p,
         None => {
-            let dial = dial(tls, backend)?;
-            tls.http1.get_or_init(|| H1Pool::new(settings, Some(dial)))
+            let dial = dial(tls, &dialer, backend)?;
+            dialer
+                .http1
+                .get_or_init(|| H1Pool::new(settings, Some(dial)))
         }
     };
     pool.checkout(endpoint.addr, fresh).await.map(Ready::Http1)

@@ -35,6 +35,10 @@ pub(super) struct Case {
     /// Default Gateway for requests (`namespace/name`).
     #[serde(default)]
     pub(super) gateway: Option<String>,
+    /// More `aether-edge run` flags: configuration the suite's traffic needs that the
+    /// defaults do not give (the case's description says why).
+    #[serde(default)]
+    pub(super) edge_args: Vec<String>,
     #[serde(default)]
     pub(super) requests: Vec<RequestCase>,
     #[serde(default)]
@@ -83,6 +87,14 @@ pub(super) struct ServerCertificate {
     pub(super) hosts: Vec<String>,
     /// The CA (one of `cas`) that signs it.
     pub(super) ca: String,
+    /// Backends (of `backends`) whose echoes serve TLS with it, as the suite's TLS
+    /// backends mount their Secret.
+    #[serde(default)]
+    pub(super) backends: Vec<String>,
+    /// A CA (one of `cas`) those echoes require client certificates from, as the
+    /// suite's echo with `TLS_CLIENT_CACERTS`.
+    #[serde(default)]
+    pub(super) client_ca: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -136,6 +148,10 @@ pub(super) struct Request {
     /// Over TLS instead of plain HTTP.
     #[serde(default)]
     pub(super) tls: Option<TlsRequest>,
+    /// One UDP datagram instead (to a UDP listener): the echo that answers it must be
+    /// `expect.backend`; `expect.status` is not used.
+    #[serde(default)]
+    pub(super) udp: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -170,6 +186,10 @@ pub(super) struct Expect {
     /// The TLS handshake fails (or, in TLS 1.3, the first read after it): no answer.
     #[serde(default)]
     pub(super) tls_refused: bool,
+    /// An upgrade (WebSocket): the answer must switch protocols (`status` defaults to
+    /// 101 here), then each of these must come back through the upgraded connection.
+    #[serde(default)]
+    pub(super) upgraded_echo: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -185,6 +205,9 @@ pub(super) struct BackendRequest {
     /// The HTTP version the backend saw: `HTTP/1.1` or `HTTP/2.0`.
     #[serde(default)]
     pub(super) protocol: Option<String>,
+    /// The SNI a TLS backend was sent (a backend of `certificates.servers`).
+    #[serde(default)]
+    pub(super) sni: Option<String>,
     #[serde(default)]
     pub(super) headers: BTreeMap<String, String>,
     #[serde(default)]

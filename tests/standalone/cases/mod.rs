@@ -12,14 +12,20 @@ use std::time::{Duration, Instant};
 use crate::common::*;
 
 mod coverage;
+mod distribution;
 mod format;
 mod pki;
+mod raw;
 mod run;
+mod setup;
 mod status;
 
+use distribution::*;
 use format::*;
 use pki::*;
+use raw::*;
 use run::*;
+use setup::*;
 use status::*;
 
 /// Cases running at once.
@@ -44,6 +50,7 @@ pub const KNOWN_FEATURES: &[&str] = &[
     "GatewayHTTPListenerIsolation",
     "GatewayInfrastructurePropagation",
     "GatewayAddressEmpty",
+    "GatewayBackendClientCertificate",
     "GatewayFrontendClientCertificateValidation",
     "GatewayFrontendClientCertificateValidationInsecureFallback",
     "GatewayHTTPSListenerDetectMisdirectedRequests",

@@ -10,6 +10,9 @@ use super::*;
 pub(super) struct Pki {
     cas: BTreeMap<String, TestCa>,
     clients: BTreeMap<String, Leaf>,
+    /// The certificate each TLS backend (by `namespace/name`) serves, and the PEM of
+    /// the CA it requires client certificates from, if any.
+    pub(super) backends: BTreeMap<String, (Leaf, Option<String>)>,
 }
 
 impl Pki {
@@ -28,17 +31,37 @@ impl Pki {
             cas.get(name)
                 .ok_or_else(|| err(format!("certificates: no CA {name} among `cas`")))
         };
+        let mut backends = BTreeMap::new();
         for s in &c.servers {
             let hosts: Vec<&str> = s.hosts.iter().map(String::as_str).collect();
             let leaf = ca_named(&s.ca)?.leaf(&hosts)?;
             let (ns, name) = split_ref(&s.secret);
             yaml.push_str(&tls_secret(ns, name, &leaf));
+            let client_ca = match &s.client_ca {
+                Some(name) => Some(ca_named(name)?.cert_pem.clone()),
+                None => None,
+            };
+            for b in &s.backends {
+                backends.insert(b.clone(), (leaf.clone(), client_ca.clone()));
+            }
         }
         let mut clients = BTreeMap::new();
         for cl in &c.clients {
             clients.insert(cl.name.clone(), ca_named(&cl.ca)?.client_leaf(&cl.name)?);
         }
-        Ok((Self { cas, clients }, yaml))
+        Ok((
+            Self {
+                cas,
+                clients,
+                backends,
+            },
+            yaml,
+        ))
+    }
+
+    /// The PEM certificate of CA `name` (`namespace/name` of its ConfigMap).
+    pub(super) fn ca_pem(&self, name: &str) -> Option<&str> {
+        self.cas.get(name).map(|ca| ca.cert_pem.as_str())
     }
 
     /// A TLS session to `addr` as `tls` says (trust, client certificate, SNI defaulting

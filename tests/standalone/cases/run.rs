@@ -1,4 +1,5 @@
-//! Running one case: generated manifests, processes, requests and their checks.
+//! Running one case: processes, requests and their checks (what a case starts from:
+//! `setup.rs`; distributions: `distribution.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -6,77 +7,11 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 use super::*;
 
 // ---------------------------------------------------------------------------------------
 // Running one case
 // ---------------------------------------------------------------------------------------
-
-/// A Gateway of the case's manifests: its listeners' `(name, port)`.
-#[derive(Debug, Clone)]
-pub(super) struct GatewayInfo {
-    pub(super) listeners: Vec<(String, u16)>,
-}
-
-pub(super) fn gateways_of(docs: &[Value]) -> BTreeMap<String, GatewayInfo> {
-    let mut out = BTreeMap::new();
-    for d in docs.iter().filter(|d| d["kind"] == "Gateway") {
-        let key = format!(
-            "{}/{}",
-            d["metadata"]["namespace"].as_str().unwrap_or("default"),
-            d["metadata"]["name"].as_str().unwrap_or("")
-        );
-        let listeners = d["spec"]["listeners"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|l| {
-                (
-                    l["name"].as_str().unwrap_or("").to_owned(),
-                    l["port"]
-                        .as_u64()
-                        .and_then(|p| u16::try_from(p).ok())
-                        .unwrap_or(0),
-                )
-            })
-            .collect();
-        out.insert(key, GatewayInfo { listeners });
-    }
-    out
-}
-
-pub(super) fn backend_ip(net: Net, i: usize) -> Result<IpAddr, BoxError> {
-    let host = u8::try_from(200 + i).map_err(|_| err("too many backends"))?;
-    Ok(IpAddr::V4(net.ip(host)))
-}
-
-/// The runner-made objects: the GatewayClass and a Service + EndpointSlice per backend.
-pub(super) fn generated_manifests(
-    net: Net,
-    backends: &[String],
-    app_protocols: &BTreeMap<String, String>,
-) -> Result<String, BoxError> {
-    let mut s = manifest::gateway_class(GATEWAY_CLASS, CONTROLLER).yaml();
-    for (i, b) in backends.iter().enumerate() {
-        let (ns, name) = split_ref(b);
-        ensure!(!ns.is_empty(), "backend {b:?} is not namespace/name");
-        let ip = backend_ip(net, i)?;
-        let mut backend = Backend::test(name)
-            .namespace(ns)
-            .port("first-port", SERVICE_PORT, 3000);
-        if let Some(p) = app_protocols.get(b) {
-            backend = backend.app_protocol(p);
-        }
-        s.push_str(
-            &backend
-                .endpoint(SocketAddr::new(ip, ECHO_PORT), true)
-                .yaml(),
-        );
-    }
-    Ok(s)
-}
 
 /// Runs one case; returns its mismatches (empty: passed).
 pub(super) async fn run_case(lc: Arc<LoadedCase>) -> Vec<String> {
@@ -113,8 +48,10 @@ pub(super) async fn run_case_inner(
     } else {
         String::new()
     };
+    let (pki, certificates) = Pki::make(&case.certificates)?;
+    let manifests = fill_in(net, &case.backends, &pki, &lc.manifests)?;
     let mut docs = yaml_docs(&base)?;
-    docs.extend(yaml_docs(&lc.manifests)?);
+    docs.extend(yaml_docs(&manifests)?);
     let gateways = gateways_of(&docs);
     env.write_manifest(
         "00-generated.yaml",
@@ -123,8 +60,7 @@ pub(super) async fn run_case_inner(
     if case.base {
         env.write_manifest("01-base.yaml", &base)?;
     }
-    env.write_manifest("10-case.yaml", &lc.manifests)?;
-    let (pki, certificates) = Pki::make(&case.certificates)?;
+    env.write_manifest("10-case.yaml", &manifests)?;
     if !certificates.is_empty() {
         env.write_manifest("05-certificates.yaml", &certificates)?;
     }
@@ -133,9 +69,19 @@ pub(super) async fn run_case_inner(
     for (i, b) in case.backends.iter().enumerate() {
         let (_, name) = split_ref(b);
         let listen = SocketAddr::new(backend_ip(net, i)?, ECHO_PORT);
-        procs.push(env.spawn_echo(listen, name).await?);
+        procs.push(match pki.backends.get(b) {
+            Some((leaf, client_ca)) => {
+                env.spawn_tls_echo(listen, name, leaf, client_ca.as_deref())
+                    .await?
+            }
+            // Every plain echo answers datagrams too, for UDPRoute cases.
+            None => env.spawn_echo_with(listen, name, &["--udp"]).await?,
+        });
     }
-    let edge = env.spawn_edge("edge").await?;
+    let extra: Vec<&str> = case.edge_args.iter().map(String::as_str).collect();
+    let edge = env
+        .spawn_edge_args("edge", &[env.manifests()], &extra)
+        .await?;
 
     // Status first: it also tells the Gateway addresses.
     check_status(&env, &case.status, "status", failures).await;
@@ -199,6 +145,10 @@ pub(super) async fn run_case_inner(
         if !listening.insert(addr) {
             continue;
         }
+        // A UDP listener accepts no connection: its requests retry until they settle.
+        if r.udp {
+            continue;
+        }
         // A TLS listener has no plain-HTTP readiness answer: it is up once it accepts.
         let up = if r.tls.is_some() {
             eventually(&format!("listener {addr} accepts"), EVENTUALLY, || async {
@@ -219,6 +169,22 @@ pub(super) async fn run_case_inner(
         let deadline = Instant::now() + REQUEST_SETTLE;
         loop {
             let req = with_fresh_uuid(&rc.request);
+            if !rc.expect.upgraded_echo.is_empty() || req.udp {
+                let diffs = if req.udp {
+                    udp_diffs(net, addr, &rc.expect).await
+                } else {
+                    upgrade_diffs(net, addr, &host, &req, &rc.expect).await
+                };
+                if diffs.is_empty() {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    failures.push(format!("{label}:\n    {}", diffs.join("\n    ")));
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
             let sent = send(net, &pki, addr, &host, &req).await;
             let mut diffs = match sent {
                 Ok(resp) if rc.expect.tls_refused => vec![format!(
@@ -252,7 +218,8 @@ pub(super) async fn run_case_inner(
     }
 
     for (i, (update, text)) in case.updates.iter().zip(&lc.updates).enumerate() {
-        env.write_manifest("10-case.yaml", text)?;
+        let text = fill_in(net, &case.backends, &pki, text)?;
+        env.write_manifest("10-case.yaml", &text)?;
         let label = format!("update {} ({})", i + 1, update.manifests);
         check_status(&env, &update.status, &label, failures).await;
     }
@@ -498,6 +465,12 @@ pub(super) fn response_diffs(resp: &Resp, req: &Request, host: &str, exp: &Expec
             echo.protocol()
         ));
     }
+    if let Some(want) = &br.sni {
+        let got = echo.0["sni"].as_str();
+        if got != Some(want.as_str()) {
+            d.push(format!("backend saw SNI {got:?}, expected {want:?}"));
+        }
+    }
     for (k, want) in &br.headers {
         match echo.header(&k.to_ascii_lowercase()) {
             None => d.push(format!(
@@ -518,71 +491,4 @@ pub(super) fn response_diffs(resp: &Resp, req: &Request, host: &str, exp: &Expec
         }
     }
     d
-}
-
-pub(super) async fn check_distribution(
-    net: Net,
-    addr: SocketAddr,
-    host: &str,
-    dist: &Distribution,
-) -> TestResult {
-    let headers: Vec<(&str, &str)> = dist
-        .request
-        .headers
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_str()))
-        .collect();
-    let method = dist.request.method.as_deref().unwrap_or("GET");
-    let path = dist.request.path.as_deref().unwrap_or("/");
-    let mut conn = H1Conn::connect(net.client_ip(), addr).await?;
-    let mut seen: BTreeMap<String, u32> = BTreeMap::new();
-    let mut wrong_header = Vec::new();
-    for _ in 0..dist.count {
-        if dist.connection_per_request {
-            conn = H1Conn::connect(net.client_ip(), addr).await?;
-        }
-        let r = conn.send(method, host, path, &headers).await?;
-        let name = match r.echo() {
-            Ok(e) => {
-                if let Some(h) = &dist.backend_header
-                    && e.header(h) != Some(e.name())
-                {
-                    wrong_header.push(format!("{} saw {h}: {:?}", e.name(), e.header(h)));
-                }
-                e.name().to_owned()
-            }
-            Err(_) => format!("<status {}>", r.status.as_u16()),
-        };
-        *seen.entry(name).or_default() += 1;
-    }
-    ensure!(
-        wrong_header.is_empty(),
-        "a backend's own header filter did not reach it: {wrong_header:?}"
-    );
-    let total_weight: f64 = dist.backends.values().sum();
-    ensure!(total_weight > 0.0, "distribution weights sum to 0");
-    let mut diffs = Vec::new();
-    let names: BTreeSet<&String> = dist.backends.keys().chain(seen.keys()).collect();
-    for name in names {
-        let want = dist.backends.get(name).copied().unwrap_or(0.0) / total_weight;
-        let got = f64::from(seen.get(name).copied().unwrap_or(0)) / f64::from(dist.count);
-        let off = if want == 0.0 {
-            got > 0.0
-        } else {
-            (got - want).abs() > dist.tolerance
-        };
-        if off {
-            diffs.push(format!(
-                "{name}: expected share {want:.3} (±{}), got {got:.3}",
-                dist.tolerance
-            ));
-        }
-    }
-    ensure!(
-        diffs.is_empty(),
-        "{} (counts of {} requests: {seen:?})",
-        diffs.join("; "),
-        dist.count
-    );
-    Ok(())
 }

@@ -124,7 +124,10 @@ static_resources:
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: inbound
           codec_type: HTTP2
-          http2_protocol_options: {{max_concurrent_streams: 100}}
+          # allow_connect and the websocket upgrade: a WebSocket arrives as RFC 8441's
+          # extended CONNECT and leaves for the workload as an HTTP/1.1 Upgrade.
+          http2_protocol_options: {{max_concurrent_streams: 100, allow_connect: true}}
+          upgrade_configs: [{{upgrade_type: websocket}}]
           forward_client_cert_details: SANITIZE_SET
           set_current_client_cert_details: {{uri: true, subject: true}}
           route_config:

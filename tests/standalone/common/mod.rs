@@ -97,8 +97,65 @@ impl TestEnv {
     }
 
     /// Starts `aether-edge echo` and waits until it answers.
+    /// Like [`TestEnv::spawn_echo`], serving TLS with `leaf` (the answers then report
+    /// the SNI), requiring client certificates from `client_ca` (PEM) when given; it is
+    /// up once it accepts connections.
+    pub async fn spawn_tls_echo(
+        &self,
+        listen: SocketAddr,
+        name: &str,
+        leaf: &Leaf,
+        client_ca: Option<&str>,
+    ) -> Result<Proc, BoxError> {
+        let cert = self.dir.path().join(format!("echo-{name}.crt"));
+        let key = self.dir.path().join(format!("echo-{name}.key"));
+        std::fs::write(&cert, &leaf.cert_pem)?;
+        std::fs::write(&key, &leaf.key_pem)?;
+        let mut args: Vec<String> = ["echo", "--listen", &listen.to_string(), "--name", name]
+            .map(str::to_owned)
+            .to_vec();
+        args.extend([
+            "--log".to_owned(),
+            self.echo_log(name).display().to_string(),
+            "--tls-cert".to_owned(),
+            cert.display().to_string(),
+            "--tls-key".to_owned(),
+            key.display().to_string(),
+        ]);
+        if let Some(pem) = client_ca {
+            let ca = self.dir.path().join(format!("echo-{name}.client-ca.crt"));
+            std::fs::write(&ca, pem)?;
+            args.extend(["--tls-client-ca".to_owned(), ca.display().to_string()]);
+        }
+        let mut proc = self.spawn(&format!("echo-{name}"), &args)?;
+        let client = self.net.client_ip();
+        eventually(
+            &format!("TLS echo {name} at {listen} accepts"),
+            EVENTUALLY,
+            || {
+                let alive = proc.check_alive();
+                async move {
+                    alive?;
+                    connect_from(client, listen).await.map(drop)
+                }
+            },
+        )
+        .await?;
+        Ok(proc)
+    }
+
     pub async fn spawn_echo(&self, listen: SocketAddr, name: &str) -> Result<Proc, BoxError> {
-        let args = vec![
+        self.spawn_echo_with(listen, name, &[]).await
+    }
+
+    /// Like [`TestEnv::spawn_echo`], with more `echo` flags (`--udp`).
+    pub async fn spawn_echo_with(
+        &self,
+        listen: SocketAddr,
+        name: &str,
+        extra: &[&str],
+    ) -> Result<Proc, BoxError> {
+        let mut args = vec![
             "echo".to_owned(),
             "--listen".to_owned(),
             listen.to_string(),
@@ -107,6 +164,7 @@ impl TestEnv {
             "--log".to_owned(),
             self.echo_log(name).display().to_string(),
         ];
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
         let mut proc = self.spawn(&format!("echo-{name}"), &args)?;
         let client = self.net.client_ip();
         eventually(

@@ -21,6 +21,7 @@ pub struct TestCa {
 }
 
 /// A server certificate and key, PEM-encoded as a `kubernetes.io/tls` Secret holds them.
+#[derive(Clone)]
 pub struct Leaf {
     pub cert_pem: String,
     pub key_pem: String,
