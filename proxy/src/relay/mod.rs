@@ -249,7 +249,9 @@ impl Relay<'_> {
             endpoint,
             action,
             head_request: head.method == http::Method::HEAD,
-            close: head.close,
+            // Draining: the answer says so, as hyper's do, so the client opens its
+            // next connection elsewhere instead of finding this one closed.
+            close: head.close || self.draining.is_cancelled(),
             request_id,
             started,
             record,
