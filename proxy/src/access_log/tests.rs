@@ -147,3 +147,60 @@ fn trace_ids_come_only_from_valid_traceparents() {
     );
     assert_eq!(t("garbage"), None);
 }
+
+/// The hand-written renderer says what `fmt` and humantime would: times across
+/// seconds and days, durations, IPv4 and IPv6 addresses with ports.
+#[test]
+fn lines_render_times_durations_and_addresses_as_fmt_does() {
+    use super::format::{LineWriter, Val};
+    use std::net::{IpAddr, SocketAddr};
+    use std::time::SystemTime;
+    let t0 = SystemTime::UNIX_EPOCH + Duration::from_millis(1_796_264_547_123);
+    let ms = Duration::from_millis;
+    let times = [
+        t0,
+        t0 + ms(5),
+        t0 + ms(877),
+        t0 + ms(1_000),
+        t0 + ms(86_400_999),
+    ];
+    let durations = [0, 999, 1_234_567, 5_000_000_000, 12_345_678_901];
+    let addrs: [SocketAddr; 3] = [
+        "10.0.0.255:8080".parse().unwrap(),
+        "[::1]:443".parse().unwrap(),
+        "[2001:db8::1:0:0:1]:1".parse().unwrap(),
+    ];
+    for format in [Format::Json, Format::Text] {
+        let q = |s: String| match format {
+            Format::Json => format!("\"{s}\""),
+            Format::Text => s,
+        };
+        let mut w = LineWriter::new(format);
+        let mut check = |val: Val<'_>, expect: String| {
+            let mut out = Vec::new();
+            w.write_line(&[("k", val)], &mut out);
+            let want = match format {
+                Format::Json => format!("{{\"k\":{expect}}}\n"),
+                Format::Text => format!("k={expect}\n"),
+            };
+            assert_eq!(String::from_utf8_lossy(&out), want);
+        };
+        for t in times {
+            check(
+                Val::Time(t),
+                q(humantime::format_rfc3339_millis(t).to_string()),
+            );
+        }
+        for nanos in durations {
+            let d = Duration::from_nanos(nanos);
+            check(Val::Ms(d), format!("{:.3}", d.as_secs_f64() * 1000.0));
+        }
+        for a in addrs {
+            check(Val::Addr(a), q(a.to_string()));
+            check(Val::Ip(a.ip()), q(a.ip().to_string()));
+        }
+        check(Val::Ip(IpAddr::from([0, 0, 0, 0])), q("0.0.0.0".to_owned()));
+        check(Val::Num(u64::MAX), u64::MAX.to_string());
+        check(Val::Bool(false), "false".to_owned());
+    }
+}

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::sync::mpsc::{Receiver, TryRecvError};
 use std::time::Duration;
 
-use super::format::{http_fields, l4_fields, write_line};
+use super::format::{LineWriter, http_fields, l4_fields};
 use super::{Entry, Format};
 
 /// Lines are gathered up to about this many bytes before a write.
@@ -33,6 +33,7 @@ pub(super) fn spawn(
 
 fn run(format: Format, rx: &Receiver<Entry>, mut out: Box<dyn Write + Send>) {
     let mut buf = Vec::with_capacity(BATCH);
+    let mut lines = LineWriter::new(format);
     let mut acks = Vec::new();
     let mut idle = BUSY_INTERVAL;
     loop {
@@ -49,8 +50,8 @@ fn run(format: Format, rx: &Receiver<Entry>, mut out: Box<dyn Write + Send>) {
                 }
             };
             match entry {
-                Entry::Http(r) => write_line(format, &http_fields(&r), &mut buf),
-                Entry::L4(r) => write_line(format, &l4_fields(&r), &mut buf),
+                Entry::Http(r) => lines.write_line(&http_fields(&r), &mut buf),
+                Entry::L4(r) => lines.write_line(&l4_fields(&r), &mut buf),
                 Entry::Flush(ack) => acks.push(ack),
             }
             if buf.len() >= BATCH && !write(&mut out, &mut buf) {
