@@ -15,6 +15,7 @@ mod collision;
 mod crd_schema;
 mod dedicated;
 mod endpoint_burst;
+mod infrastructure;
 mod l4;
 mod listenerset;
 mod rbac;

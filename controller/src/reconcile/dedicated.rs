@@ -24,7 +24,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, O
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::conditions as cond;
-use super::services::{LABEL_GATEWAY_NAME, LABEL_GATEWAY_NAMESPACE, LABEL_MANAGED_BY, MANAGED_BY};
+use super::services::{
+    LABEL_GATEWAY_API_NAME, LABEL_GATEWAY_NAME, LABEL_GATEWAY_NAMESPACE, LABEL_MANAGED_BY,
+    MANAGED_BY,
+};
 use crate::store::ObjectKey;
 
 /// Opts a Gateway into pods of its own.
@@ -151,6 +154,7 @@ pub fn objects(
         .collect();
     let mut labels = infra_labels.clone();
     labels.insert(LABEL_GATEWAY_NAME.to_owned(), key.name.to_string());
+    labels.insert(LABEL_GATEWAY_API_NAME.to_owned(), key.name.to_string());
     labels.insert(
         LABEL_GATEWAY_NAMESPACE.to_owned(),
         key.namespace.to_string(),
@@ -174,6 +178,7 @@ pub fn objects(
     pod_labels.extend(infra_labels);
     pod_labels.extend(selector.clone());
     pod_labels.insert(LABEL_GATEWAY_NAME.to_owned(), key.name.to_string());
+    pod_labels.insert(LABEL_GATEWAY_API_NAME.to_owned(), key.name.to_string());
     pod_labels.insert(
         LABEL_GATEWAY_NAMESPACE.to_owned(),
         key.namespace.to_string(),

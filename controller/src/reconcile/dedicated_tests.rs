@@ -122,6 +122,11 @@ fn a_dedicated_gateway_gets_a_deployment_and_its_pods_behind_its_service() {
     let pod_labels = pod_labels.unwrap_or_default();
     assert_eq!(pod_labels[LABEL_POD], "aether-two-own");
     assert_eq!(pod_labels["extra"], "kept");
+    assert_eq!(pod_labels["gateway.networking.k8s.io/gateway-name"], "own");
+    assert_eq!(
+        pod_labels["team"], "x",
+        "infrastructure labels reach the pods"
+    );
     assert!(
         !pod_labels.contains_key("app.kubernetes.io/name"),
         "the shared edge Deployment would adopt these pods: {pod_labels:?}"

@@ -297,6 +297,10 @@ fn replace(conditions: &mut Vec<Condition>, c: Condition) {
 }
 
 pub const LABEL_GATEWAY_NAME: &str = "aether.io/gateway-name";
+/// The label GEP-1762 gives everything made for a Gateway (its name; the namespace is
+/// the object's own). Users and the upstream GatewayInfrastructure test find a
+/// Gateway's Service and pods by it; ownership is still read from our own labels.
+pub const LABEL_GATEWAY_API_NAME: &str = "gateway.networking.k8s.io/gateway-name";
 pub const LABEL_GATEWAY_NAMESPACE: &str = "aether.io/gateway-namespace";
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub const MANAGED_BY: &str = "aether-edge";
@@ -437,6 +441,7 @@ pub fn desired(
         .into_iter()
         .collect();
     labels.insert(LABEL_GATEWAY_NAME.to_owned(), key.name.to_string());
+    labels.insert(LABEL_GATEWAY_API_NAME.to_owned(), key.name.to_string());
     labels.insert(
         LABEL_GATEWAY_NAMESPACE.to_owned(),
         key.namespace.to_string(),

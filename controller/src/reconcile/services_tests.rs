@@ -94,6 +94,7 @@ fn services_ports_listeners_and_addresses() {
     let labels = a.metadata.labels.clone().unwrap_or_default();
     assert_eq!(labels["team"], "x");
     assert_eq!(labels[LABEL_MANAGED_BY], MANAGED_BY);
+    assert_eq!(labels["gateway.networking.k8s.io/gateway-name"], "a");
     let owner = &a.metadata.owner_references.clone().unwrap_or_default()[0];
     assert_eq!(
         (owner.kind.as_str(), owner.uid.as_str()),

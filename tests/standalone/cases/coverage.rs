@@ -37,6 +37,10 @@ struct Entry {
     /// Case directories of tests/cases/ that re-express the test.
     #[serde(default)]
     cases: Vec<String>,
+    /// Tests outside the case corpus that re-express it, for what only Kubernetes mode
+    /// has (generated Services): `tests/<file>.rs::<test function>`.
+    #[serde(default)]
+    tests: Vec<String>,
     /// Why the test cannot run here (an unsupported feature, a test that does not apply).
     #[serde(default)]
     cannot_run: Option<String>,
@@ -166,7 +170,7 @@ fn coverage_problems(
         }
         let reason = |r: &Option<String>| r.as_deref().is_some_and(|r| !r.trim().is_empty());
         let status = match (
-            !e.cases.is_empty(),
+            !e.cases.is_empty() || !e.tests.is_empty(),
             reason(&e.cannot_run),
             reason(&e.missing),
         ) {
@@ -189,6 +193,11 @@ fn coverage_problems(
         for c in &e.cases {
             if !case_names.contains(c.as_str()) {
                 problems.push(format!("{name}: case {c} does not exist in tests/cases/"));
+            }
+        }
+        for t in &e.tests {
+            if let Some(why) = missing_test(t) {
+                problems.push(format!("{name}: test {t}: {why}"));
             }
         }
         for p in &e.profiles {
@@ -249,6 +258,18 @@ fn coverage_problems(
 fn repo_file(rel: &str) -> Result<String, BoxError> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
     std::fs::read_to_string(&path).map_err(|e| err(format!("{}: {e}", path.display())))
+}
+
+/// The features of upstream tests that a test outside the case corpus re-expresses
+/// (`tests` in the list): supported, though no case can show it.
+pub(super) fn features_tested_outside_cases() -> Result<BTreeSet<String>, BoxError> {
+    let coverage = load_coverage(&repo_file("tests/cases/upstream-coverage.yaml")?)?;
+    Ok(coverage
+        .tests
+        .into_iter()
+        .filter(|e| !e.tests.is_empty())
+        .flat_map(|e| e.features)
+        .collect())
 }
 
 fn load_coverage(text: &str) -> Result<Coverage, BoxError> {
@@ -316,6 +337,14 @@ fn upstream_coverage_checks_fail_on_broken_lists() -> TestResult {
                 c.tests[covered].missing = Some("broken on purpose".into());
             }),
         ),
+        (
+            "has no function",
+            Box::new(move |c, _| {
+                c.tests[covered]
+                    .tests
+                    .push("tests/kubernetes/infrastructure.rs::no_such_test".into());
+            }),
+        ),
     ];
     for (want, breakage) in &breakages {
         let mut broken = load_coverage(&text)?;
@@ -328,4 +357,25 @@ fn upstream_coverage_checks_fail_on_broken_lists() -> TestResult {
         );
     }
     Ok(())
+}
+
+/// Why `tests/<file>.rs::<function>` names no test of this repository, if it does not.
+fn missing_test(spec: &str) -> Option<String> {
+    let Some((file, function)) = spec.split_once("::") else {
+        return Some("write it as tests/<file>.rs::<test function>".to_owned());
+    };
+    if !file.starts_with("tests/") || file.contains("..") {
+        return Some("the file must be under tests/".to_owned());
+    }
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    match std::fs::read_to_string(&path) {
+        Ok(text)
+            if text.contains(&format!("async fn {function}("))
+                || text.contains(&format!(" fn {function}(")) =>
+        {
+            None
+        }
+        Ok(_) => Some(format!("{file} has no function {function}")),
+        Err(e) => Some(format!("{}: {e}", path.display())),
+    }
 }

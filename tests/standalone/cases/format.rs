@@ -39,6 +39,12 @@ pub(super) struct Case {
     /// defaults do not give (the case's description says why).
     #[serde(default)]
     pub(super) edge_args: Vec<String>,
+    /// The case's listeners are on the suite's real ports 80 and 443 (on the case's own
+    /// loopback addresses), not the base's 8080 and 8443: the runner runs it only when
+    /// this process may bind ports below 1024 (root or CAP_NET_BIND_SERVICE), and
+    /// otherwise skips it saying why (fails instead under AETHER_REQUIRE_K8S=1).
+    #[serde(default)]
+    pub(super) well_known_ports: bool,
     #[serde(default)]
     pub(super) requests: Vec<RequestCase>,
     #[serde(default)]
