@@ -203,8 +203,17 @@ pub struct RunArgs {
     /// full request path would do nothing more (no filters or retry on the rule, a
     /// plain HTTP/1.1 backend, no tracing, no trusted x-forwarded-for hops); every other
     /// request, and the rest of its connection, takes the full path. HTTP and HTTPS
-    /// (HTTP/1.1 by ALPN) listeners.
-    #[arg(long)]
+    /// (HTTP/1.1 by ALPN) listeners. On by default; `--http1-relay=false` sends every
+    /// request through the full path.
+    #[arg(
+        long,
+        value_name = "BOOL",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
     pub http1_relay: bool,
 
     /// Time to open a connection to a backend endpoint (TCP, and TLS or the mesh's
