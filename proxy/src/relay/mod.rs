@@ -105,10 +105,15 @@ impl Relay<'_> {
             down: Vec::with_capacity(READ_BUF),
             up: BytesMut::with_capacity(READ_BUF),
         };
+        // One timer and one drain waiter for the connection, not one of each per
+        // request: arming and disarming a timer (and registering a waiter) for every
+        // read that waits was a fixed cost on every keep-alive request. The timer may
+        // fire early, at a deadline since moved on; it is then set to the current one.
+        let mut deadline = Instant::now() + self.header_read_timeout;
+        let timer = tokio::time::sleep_until(deadline);
+        let drained = self.draining.cancelled();
+        tokio::pin!(timer, drained);
         loop {
-            // As hyper's header_read_timeout: from the previous answer (or the
-            // connection's start) to a whole head, idle time included.
-            let deadline = Instant::now() + self.header_read_timeout;
             loop {
                 let step = if buf.is_empty() {
                     None
@@ -140,11 +145,18 @@ impl Relay<'_> {
                 let idle = buf.is_empty();
                 tokio::select! {
                     biased;
-                    () = self.draining.cancelled(), if idle => return Outcome::Closed,
-                    read = tokio::time::timeout_at(deadline, stream.read_buf(&mut buf)) => {
+                    () = &mut drained, if idle => return Outcome::Closed,
+                    () = &mut timer => {
+                        if Instant::now() >= deadline {
+                            // No whole head in time, idle time included.
+                            return Outcome::Closed;
+                        }
+                        timer.as_mut().reset(deadline);
+                    }
+                    read = stream.read_buf(&mut buf) => {
                         match read {
-                            Ok(Ok(n)) if n > 0 => {}
-                            // Closed, failed, or too slow.
+                            Ok(n) if n > 0 => {}
+                            // Closed or failed.
                             _ => return Outcome::Closed,
                         }
                     }
@@ -153,6 +165,8 @@ impl Relay<'_> {
             if self.draining.is_cancelled() {
                 return Outcome::Closed;
             }
+            // As hyper's header_read_timeout: from the previous answer to a whole head.
+            deadline = Instant::now() + self.header_read_timeout;
         }
     }
 
