@@ -255,7 +255,8 @@ certs() {
     case "$user" in
       admin) line=("$tok" admin admin '"system:masters"') ;;
       kubelet) line=("$tok" "system:node:$node" kubelet '"system:nodes"') ;;
-      *) line=("$tok" "system:$user" "$user") ;;
+      kube-proxy) line=("$tok" system:kube-proxy "$user") ;;
+      *) line=("$tok" "system:kube-$user" "$user") ;;
     esac
     (IFS=,; printf '%s\n' "${line[*]}") >>"$p/tokens.csv"
     kubeconfig "$state/$user.kubeconfig" "$tok"
@@ -279,6 +280,8 @@ state = "$state/containerd/state"
   # without this every pod fails with "can't get final child's PID from pipe: EOF".
   restrict_oom_score_adj = true
   enable_selinux = false
+  # Pod network namespaces under state/ too, so teardown finds every mount there.
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -286,6 +289,7 @@ state = "$state/containerd/state"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = "$state/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$state/cni/net.d"
@@ -339,7 +343,9 @@ EOF
 
 # A LoadBalancer stand-in: every LoadBalancer Service gets an address of
 # $lb_prefix.0/24 in status.loadBalancer.ingress (its spec.loadBalancerIP when that is in
-# the range), which kube-proxy routes inside the namespace. Bounded: 12 h of 1 s rounds.
+# the range; one outside it is never assigned, as with MetalLB's pools: the suite's
+# "unusable address"), which kube-proxy routes inside the namespace. Bounded: 12 h of
+# 1 s rounds.
 lb_loop() {
   local round next=1 key ip want
   declare -A given=()
@@ -348,6 +354,8 @@ lb_loop() {
       [[ -n "$key" && -z "$ip" ]] || continue
       if [[ "$want" == "$lb_prefix".* ]]; then
         ip="$want"
+      elif [[ -n "$want" ]]; then
+        continue
       elif [[ -n "${given[$key]:-}" ]]; then
         ip="${given[$key]}"
       else
@@ -364,7 +372,8 @@ lb_loop() {
 }
 
 up() {
-  build
+  # NO_BUILD=1: start from what target/cluster/ has (no Go, cargo or helm steps).
+  [[ "${NO_BUILD:-0}" == 1 ]] || build
   [[ -e "$state" ]] && fail "$state exists: run '$0 down' first"
   local t0=$SECONDS
   mkdir -p "$state/log" "$nsdir"
@@ -419,14 +428,15 @@ up() {
   wait_for "containerd socket" 30 test -S "$state/containerd.sock"
   local img
   for img in "$images"/*.tar; do
-    inns ctr --address "$state/containerd.sock" -n k8s.io images import -q "$img" >/dev/null
+    [[ -f "$img" ]] || continue
+    inns ctr --address "$state/containerd.sock" -n k8s.io images import "$img" >/dev/null
   done
   # The suite's manifests name echo-basic under several tags.
-  while read -r img; do
+  [[ -f "$images/echo-basic.tar" ]] && while read -r img; do
     case "$img" in
       registry.k8s.io/gateway-api/echo-basic:*)
         inns ctr --address "$state/containerd.sock" -n k8s.io images tag --force \
-          docker.io/aether.local/echo-basic:1 "$img" >/dev/null ;;
+          aether.local/echo-basic:1 "$img" >/dev/null ;;
     esac
   done < <(manifest_images)
   log "kubelet, kube-proxy"
@@ -437,10 +447,16 @@ up() {
   wait_for "node $node registered" 60 kc get node "$node"
   kc wait --for=condition=Ready "node/$node" --timeout=60s >/dev/null
   log "node Ready: bring-up took $((SECONDS - t0))s"
-  start lb-loop bash "$0" lb-loop
+  local p
+  for p in etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy; do
+    alive "$p" || fail "$p exited: $(tail -n 5 "$state/log/$p.log")"
+  done
+  start lb-loop bash "$here/run.sh" lb-loop
 
   log "Gateway API CRDs $gateway_api_version (experimental channel, from the Go module)"
-  kc apply --server-side -f "$(cat "$bin/crds.path")" >/dev/null
+  local crd_args=() f
+  for f in "$(cat "$bin/crds.path")"/gateway.networking*.yaml; do crd_args+=(-f "$f"); done
+  kc apply --server-side "${crd_args[@]}" >/dev/null
   kc wait --for=condition=Established crd --all --timeout=60s >/dev/null
   log "chart charts/aether-edge (helm)"
   inns "$bin/helm" --kubeconfig "$state/admin.kubeconfig" upgrade --install aether-edge \
@@ -478,6 +494,7 @@ conformance() {
     -supported-features="$features" \
     -organization=aether -project=aether-edge -version="$version" \
     -url=https://github.com/aether-mesh/aether-edge -contact=aether-edge-maintainers \
+    -usable-address="$lb_prefix.250" -unusable-address=10.98.0.1 \
     -report-output="$report" "${extra[@]}") 2>&1 | tee "$top/conformance.log" || rc=$?
   log "conformance suite ran $((SECONDS - start))s (exit $rc); log: $top/conformance.log; report: $report"
   return "$rc"
@@ -507,6 +524,19 @@ down() {
   if [[ -d "$state" ]]; then
     log "stopping processes"
     for p in lb-loop kubelet kube-proxy kube-scheduler kube-controller-manager; do stop_pid "$p"; done
+    # Containers through containerd first, so each shim exits and removes its socket.
+    if alive containerd; then
+      local ctr_=(timeout 20 nsenter --net="$ns" ctr --address "$state/containerd.sock" -n k8s.io) id
+      for id in $("${ctr_[@]}" tasks ls -q 2>/dev/null); do
+        "${ctr_[@]}" tasks kill -a -s SIGKILL "$id" >/dev/null 2>&1 || true
+      done
+      for id in $("${ctr_[@]}" tasks ls -q 2>/dev/null); do
+        "${ctr_[@]}" tasks delete -f "$id" >/dev/null 2>&1 || true
+      done
+      for id in $("${ctr_[@]}" containers ls -q 2>/dev/null); do
+        "${ctr_[@]}" containers rm "$id" >/dev/null 2>&1 || true
+      done
+    fi
     # Every pod and containerd shim is in the cluster's cgroups.
     for _ in 1 2 3; do
       local pids
