@@ -459,9 +459,13 @@ up() {
   kc apply --server-side "${crd_args[@]}" >/dev/null
   kc wait --for=condition=Established crd --all --timeout=60s >/dev/null
   log "chart charts/aether-edge (helm)"
+  # UDPRouteWeightedRouting opens 500 flows from one client, and kube-proxy masquerades
+  # them all to one source address: past the default cap of 256 flows per source (as
+  # in the case runner, docs/conformance.md).
   inns "$bin/helm" --kubeconfig "$state/admin.kubeconfig" upgrade --install aether-edge \
     "$root/charts/aether-edge" --namespace aether-system --create-namespace \
     --set image.repository=aether-edge --set image.tag="$edge_tag" --set image.pullPolicy=Never \
+    --set 'extraArgs={--udp-max-flows-per-source=1024}' \
     --wait --timeout 180s >/dev/null
   kc -n aether-system get pods -o wide
   log "cluster up in $((SECONDS - t0))s; '$0 exec kubectl get pods -A' to look around"
