@@ -590,6 +590,9 @@ down() {
     [[ -d "$c/$cgname" ]] && fail "cgroup $c/$cgname is left (pids: $(cgroup_pids | tr '\n' ' '))"
   done
   rm -rf "$state" "$nsdir"
+  # containerd's shims keep their sockets in /run/containerd/s/ whatever the state
+  # directory; each shim removed its own. Only empty directories go.
+  rmdir /run/containerd/s /run/containerd 2>/dev/null || true
   log "down in $((SECONDS - t0))s"
 }
 
