@@ -34,7 +34,7 @@ pub struct ProxyConfig {
     pub tracing: Option<trace::Settings>,
     pub memory_budget: MemoryBudget,
     /// Relay plain HTTP/1.1 `GET`/`HEAD` requests as bytes where the full request path
-    /// would do nothing more (`crate::relay`).
+    /// would do nothing more (`crate::relay`). On by default, as the flag is.
     pub http1_relay: bool,
     /// `aether_route_request_duration_seconds`, a histogram per route: off by default,
     /// as it costs 20 series for every route that answered.
@@ -52,7 +52,7 @@ impl ProxyConfig {
         access_log: Some(access_log::Settings::DEFAULT),
         tracing: None,
         memory_budget: MemoryBudget::FromCgroup,
-        http1_relay: false,
+        http1_relay: true,
         route_latency_histogram: false,
     };
 }
