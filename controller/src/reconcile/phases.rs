@@ -336,9 +336,17 @@ impl Addressing {
     ) -> BTreeMap<ObjectKey, Result<IpAddr, AddressError>> {
         match self {
             Self::LocalPool(pool) => address::allocate(pool, requests),
+            // A type or value no Service can carry refuses the Gateway here as in
+            // standalone mode (Accepted=False UnsupportedAddress, as the upstream
+            // GatewayStaticAddresses test asks); the rest is the Services' to place.
             Self::InternalPorts { bind, .. } | Self::SharedService { bind, .. } => requests
                 .iter()
-                .map(|(k, _)| (k.clone(), Ok(*bind)))
+                .map(|(k, req)| match req {
+                    AddressRequest::Unsupported(why) => {
+                        (k.clone(), Err(AddressError::Unsupported(why.clone())))
+                    }
+                    _ => (k.clone(), Ok(*bind)),
+                })
                 .collect(),
         }
     }

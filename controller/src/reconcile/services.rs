@@ -142,7 +142,10 @@ pub(super) fn plan(
         }
     }
     for key in problems.keys() {
-        if let Some(m) = models.get_mut(key) {
+        // Not placed; a Gateway already refused for its address type keeps saying so.
+        if let Some(m) = models.get_mut(key)
+            && !matches!(m.address, Err(AddressError::Unsupported(_)))
+        {
             m.address = Err(AddressError::PoolExhausted);
         }
     }

@@ -244,7 +244,23 @@ kind: Gateway
 metadata: {name: nowhere, namespace: r}
 spec:
   gatewayClassName: aether
-  addresses: [{type: IPAddress, routability: example.com/CorpWan}, {type: Hostname, value: gw.example.com}]
+  addresses: [{type: IPAddress, routability: example.com/CorpWan}]
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: invalid-type, namespace: r}
+spec:
+  gatewayClassName: aether
+  addresses: [{type: IPAddress, value: 192.0.2.10}, {type: test/fake-invalid-type, value: x}]
+  listeners: [{name: http, port: 80, protocol: HTTP}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: hostname, namespace: r}
+spec:
+  gatewayClassName: aether
+  addresses: [{type: Hostname, value: gw.example.com}]
   listeners: [{name: http, port: 80, protocol: HTTP}]
 "#;
 
@@ -319,12 +335,26 @@ fn routability_scopes_services_conditions_and_status() {
     assert!(addrs("nowhere").is_empty());
     let (st, reason, msg) = condition(&out, "nowhere", "AddressesAssigned");
     assert_eq!((st.as_str(), reason.as_str()), ("False", "NotAssigned"));
-    assert!(msg.contains("Hostname") && msg.contains("CorpWan"), "{msg}");
+    assert!(msg.contains("CorpWan"), "{msg}");
     let (st, reason, _) = condition(&out, "nowhere", "Programmed");
     assert_eq!(
         (st.as_str(), reason.as_str()),
         ("False", "AddressNotAssigned")
     );
+    assert_eq!(condition(&out, "nowhere", "Accepted").0, "True");
+
+    // An address type no Service can carry (the upstream GatewayStaticAddresses
+    // test's test/fake-invalid-type, or Hostname) refuses the Gateway, as standalone
+    // mode does: Accepted=False UnsupportedAddress, not served.
+    for name in ["invalid-type", "hostname"] {
+        let (st, reason, msg) = condition(&out, name, "Accepted");
+        assert_eq!(
+            (st.as_str(), reason.as_str()),
+            ("False", "UnsupportedAddress"),
+            "{name}: {msg}"
+        );
+        assert_eq!(condition(&out, name, "Programmed").0, "False", "{name}");
+    }
     assert_eq!(
         out.snapshot.listeners.len(),
         2,
