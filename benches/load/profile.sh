@@ -25,21 +25,8 @@ callgraph=${PROFILE_CALLGRAPH:-fp}
 
 rm -rf "$out"
 mkdir -p "$out/aether" "$out/tmp"
-cat >"$out/upstream.conf" <<CONF
-daemon off; master_process off; worker_processes 1;
-pid $out/upstream.pid; error_log $out/upstream.err warn;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  client_body_temp_path $out/tmp/b; proxy_temp_path $out/tmp/p; fastcgi_temp_path $out/tmp/f;
-  uwsgi_temp_path $out/tmp/u; scgi_temp_path $out/tmp/s;
-  keepalive_requests 10000000; keepalive_timeout 300s;
-  server {
-    listen 127.0.0.1:$up_port backlog=4096;
-    location / { default_type text/plain; return 200 "hello from the upstream\n"; }
-  }
-}
-CONF
+sed -e "s|@RUN_DIR@|$out|g" -e "s|@UP_PORT@|$up_port|g" \
+  "$here/conf/nginx-upstream-h1.conf" >"$out/upstream.conf"
 # The benchmark's manifests without the HTTPS listener (no Secret here).
 sed -e "s|@AETHER_PORT@|$proxy_port|g" -e "s|@UP_PORT@|$up_port|g" \
   "$here/conf/aether/gateway.yaml" |

@@ -36,21 +36,8 @@ cleanup() {
 trap cleanup EXIT
 
 mkdir -p "$out/tmp" "$out/aether" "$out/nginx-proxy-tmp"
-cat >"$out/upstream.conf" <<CONF
-daemon off; master_process off; worker_processes 1;
-pid $out/upstream.pid; error_log $out/upstream.err warn;
-events { worker_connections 8192; }
-http {
-  access_log off;
-  client_body_temp_path $out/tmp/b; proxy_temp_path $out/tmp/p; fastcgi_temp_path $out/tmp/f;
-  uwsgi_temp_path $out/tmp/u; scgi_temp_path $out/tmp/s;
-  keepalive_requests 10000000; keepalive_timeout 300s;
-  server {
-    listen 127.0.0.1:$up backlog=4096;
-    location / { default_type text/plain; return 200 "hello from the upstream\n"; }
-  }
-}
-CONF
+sed -e "s|@RUN_DIR@|$out|g" -e "s|@UP_PORT@|$up|g" \
+  "$here/conf/nginx-upstream-h1.conf" >"$out/upstream.conf"
 # The load benchmark's proxy configurations, with only the HTTP/1.1 listeners.
 sed -e "s|@RUN_DIR@|$out|g" -e "s|@UP_PORT@|$up|g" -e "s|@NGINX_PORT@|$nginx_port|g" \
   -e '/@NGINX_H2_PORT@\|@NGINX_TLS_PORT@\|ssl_/d' -e 's|master_process on|master_process off|' \
