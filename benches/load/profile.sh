@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# CPU profile of aether-edge under HTTP/1.1 keep-alive load, for issue #19's
-# before/after notes in RESULTS.md.
+# CPU profile of aether-edge under load, for issue #19's before/after notes in
+# RESULTS.md.
 #
 #   benches/load/profile.sh BIN NAME
+#
+# PROFILE_LOAD: keepalive (default: wrk, HTTP/1.1, 64 connections) or h2 (h2load, h2c
+# prior knowledge, 16 connections x 8 streams). PROFILE_ARGS: extra flags for BIN
+# (e.g. `--access-log off` to see what logging costs).
 #
 # Runs a one-worker nginx upstream (CPU 0), BIN with one worker (CPU 1) and the
 # benchmark's route, and wrk (64 connections, CPU 0) for 14 s; `perf record -g` samples
@@ -22,6 +26,8 @@ up_port=${PROFILE_PORT_BASE:-28600}
 proxy_port=$((up_port + 1))
 admin_port=$((up_port + 2))
 callgraph=${PROFILE_CALLGRAPH:-fp}
+load_kind=${PROFILE_LOAD:-keepalive}
+read -r -a extra_args <<<"${PROFILE_ARGS:-}"
 
 rm -rf "$out"
 mkdir -p "$out/aether" "$out/tmp"
@@ -46,7 +52,7 @@ pids+=($!)
 workers=()
 if "$bin" run --help 2>/dev/null | grep -q -- '--workers'; then workers=(--workers 1); fi
 taskset -c 1 env TOKIO_WORKER_THREADS=1 RUST_LOG=warn "$bin" run --manifests "$out/aether" \
-  --admin "127.0.0.1:$admin_port" "${workers[@]}" >"$out/aether.log" 2>&1 &
+  --admin "127.0.0.1:$admin_port" "${workers[@]}" "${extra_args[@]}" >"$out/aether.log" 2>&1 &
 proxy=$!
 pids+=("$proxy")
 for _ in $(seq 50); do
@@ -54,7 +60,13 @@ for _ in $(seq 50); do
   sleep 0.2
 done
 curl -fsS --max-time 2 "http://127.0.0.1:$proxy_port/bench" >/dev/null
-timeout 40 taskset -c 0 wrk -t1 -c64 -d14s "http://127.0.0.1:$proxy_port/bench" >"$out/wrk.txt" 2>&1 &
+case $load_kind in
+  keepalive) timeout 40 taskset -c 0 wrk -t1 -c64 -d14s "http://127.0.0.1:$proxy_port/bench" \
+    >"$out/load.txt" 2>&1 & ;;
+  h2) timeout 40 taskset -c 0 h2load -c16 -m8 -D14 "http://127.0.0.1:$proxy_port/bench" \
+    >"$out/load.txt" 2>&1 & ;;
+  *) echo "PROFILE_LOAD: keepalive or h2, not $load_kind" >&2; exit 2 ;;
+esac
 load=$!
 pids+=("$load")
 sleep 3
@@ -65,7 +77,7 @@ else
   perf record -F 999 -g -p "$proxy" -o "$out/perf.data" -- sleep 8 >/dev/null 2>"$out/perf.err"
 fi
 wait "$load" || true
-grep -E 'Requests/sec' "$out/wrk.txt"
+grep -E 'Requests/sec|^finished in' "$out/load.txt"
 perf report -i "$out/perf.data" --no-children --sort dso --stdio -g none 2>/dev/null |
   grep -v '^#' | grep -v '^$' >"$out/dso.txt" || true
 perf report -i "$out/perf.data" --no-children --percent-limit 0.3 --stdio -g none 2>/dev/null |
