@@ -65,6 +65,7 @@ pub async fn run(
     // initial (empty) values are never acted on. A dedicated Gateway's pod has none
     // and doesn't contend for the Lease (nor read the Gateway CRD, which only the
     // status writer needs).
+    let mut lease = None;
     let mut effects = if config.serve_gateway.is_some() {
         None
     } else {
@@ -75,7 +76,7 @@ pub async fn run(
             aether_controller::kube::crd::spawn(&client),
         );
         let applier = ServiceApplier::new(client.clone(), Arc::clone(&shared));
-        let held = lease::spawn(
+        let writer_lease = lease::spawn(
             client,
             LeaseConfig {
                 namespace: config.edge_service.namespace.to_string(),
@@ -84,6 +85,8 @@ pub async fn run(
                 duration: config.lease_duration,
             },
         );
+        let held = writer_lease.held.clone();
+        lease = Some(writer_lease);
         Some((writer, status_rx, applier, service_rx, held))
     };
 
@@ -141,8 +144,18 @@ pub async fn run(
             }
         }
     }
+    // Draining from here on, and no longer reconciling: a writer would leave every
+    // Gateway's endpoints as they are now, this pod among them. Another replica takes
+    // the Lease at its next try and writes them as they change.
+    if let Some(lease) = lease {
+        lease.release(LEASE_RELEASE_LIMIT).await;
+    }
     Ok(())
 }
+
+/// How long shutdown waits for the API server to take the Lease's release; the drain
+/// goes on regardless (the Lease then expires after its duration).
+const LEASE_RELEASE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The dedicated Gateways' pod template, read once: every replica reads the same
 /// file (one ConfigMap), so all compute the same Deployments.

@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::process::Command;
+use std::time::Duration;
 
 use gateway_api::gateways::Gateway;
 use gateway_api::httproutes::HttpRoute;
@@ -148,16 +149,29 @@ async fn a_dedicated_gateway_is_served_by_its_own_deployment() -> Result<(), Box
     })
     .await?;
 
-    // Play the cluster's EndpointSlice controller for the pods Service: the Gateway's
-    // Service then names those pods, the other Gateway's still the shared edge.
+    // Play the cluster's EndpointSlice controller for the pods Service, as it does:
+    // the Service's labels copied onto the slice (ours among them, which once made
+    // the edge delete the slice as one of its own). The Gateway's Service then names
+    // those pods, the other Gateway's still the shared edge.
+    let mut labels = Api::<Service>::namespaced(client.clone(), "aether-system")
+        .get("aether-two-own")
+        .await?
+        .metadata
+        .labels
+        .unwrap_or_default();
+    labels.insert("kubernetes.io/service-name".into(), "aether-two-own".into());
+    labels.insert(
+        "endpointslice.kubernetes.io/managed-by".into(),
+        "endpointslice-controller.k8s.io".into(),
+    );
+    let pod_slices = Api::<EndpointSlice>::namespaced(client.clone(), "aether-system");
     apply(
-        &Api::<EndpointSlice>::namespaced(client.clone(), "aether-system"),
+        &pod_slices,
         "aether-two-own-abcde",
         json!({
         "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
         "metadata": {"name": "aether-two-own-abcde", "namespace": "aether-system",
-                     "labels": {"kubernetes.io/service-name": "aether-two-own",
-                                "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io"}},
+                     "labels": labels},
         "addressType": "IPv4",
         "endpoints": [{"addresses": ["10.1.0.20"], "conditions": {"ready": true}}],
         "ports": [{"name": "admin", "port": admin, "protocol": "TCP"}]}),
@@ -168,6 +182,16 @@ async fn a_dedicated_gateway_is_served_by_its_own_deployment() -> Result<(), Box
         (eps == vec![("10.1.0.20".to_owned(), true)]).then_some(())
     })
     .await?;
+    // And keeps naming it: the controller's slice is left alone.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        pod_slices.get_opt("aether-two-own-abcde").await?.is_some(),
+        "the edge deleted the EndpointSlice controller's slice of the pods Service"
+    );
+    let (eps, _) = gateway_slice(&client, "two", "own")
+        .await
+        .unwrap_or_default();
+    assert_eq!(eps, vec![("10.1.0.20".to_owned(), true)]);
     let (plain_eps, _) = gateway_slice(&client, "one", "plain")
         .await
         .unwrap_or_default();

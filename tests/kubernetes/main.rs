@@ -65,6 +65,7 @@ struct Edge<'a> {
     listen: String,
     label: String,
     admin: u16,
+    lease_duration: &'static str,
     extra: Vec<String>,
 }
 
@@ -78,8 +79,15 @@ impl<'a> Edge<'a> {
             listen: listen.to_owned(),
             label: label.to_owned(),
             admin: free_port(),
+            lease_duration: "2s",
             extra: Vec::new(),
         }
+    }
+
+    /// `--lease-duration` (default 2 s, so a killed writer is replaced quickly).
+    fn lease_duration(mut self, duration: &'static str) -> Self {
+        self.lease_duration = duration;
+        self
     }
 
     /// As the user of `kubeconfig` (e.g. `cluster.user_kubeconfig`).
@@ -114,7 +122,7 @@ impl<'a> Edge<'a> {
             "--drain-timeout",
             "1s",
             "--lease-duration",
-            "2s",
+            self.lease_duration,
         ])
         .args(&self.extra)
         .env("KUBECONFIG", self.kubeconfig)

@@ -12,7 +12,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use crate::cluster::{BoxError, Cluster};
-use crate::{Net, Wait, edge, eventually_some, programmed, setup};
+use crate::{Edge, Net, Wait, edge, eventually_some, programmed, setup};
 
 /// Resource versions of a's Gateway and the route, sampled every 50 ms for `window`:
 /// how many writes happened.
@@ -161,5 +161,62 @@ async fn two_instances_converge_with_bounded_writes() -> Result<(), BoxError> {
         "the Lease did not move to the survivor"
     );
     assert_eq!(spec.lease_transitions, Some(1));
+    cluster.pass()
+}
+
+/// A writer that shuts down (SIGTERM, as in a rolling update) gives the Lease up: the
+/// other replica takes it at its next try, long before the Lease would expire, and
+/// writes what changes from then on. (Kept, the Lease would leave every Gateway's
+/// endpoints unwritten for a whole duration while the rollout stops pods.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_that_shuts_down_hands_the_lease_over_at_once() -> Result<(), BoxError> {
+    let Some(cluster) = Cluster::start().await? else {
+        return Ok(());
+    };
+    let client = cluster.client().await?;
+    setup(&client).await;
+    // A duration no test would wait out: the handover must come from the release.
+    let start = |label: &str| {
+        Edge::new(&cluster, &Net::allocate().ip_str(1), label)
+            .lease_duration("120s")
+            .start()
+    };
+    let (a, b) = (start("a"), start("b"));
+    let leases = Api::<Lease>::namespaced(client.clone(), "aether-system");
+    let holder = |lease: Lease| lease.spec.and_then(|s| s.holder_identity);
+    let first = eventually_some("a holder", Wait::API, || async {
+        holder(leases.get("aether-edge-writer").await.ok()?)
+    })
+    .await?;
+    let (leader, survivor) = if first.ends_with(&format!("-{}", a.pid())) {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    leader.signal("TERM")?;
+    let suffix = format!("-{}", survivor.pid());
+    eventually_some("the survivor holds the Lease", Wait::API, || async {
+        holder(leases.get("aether-edge-writer").await.ok()?).filter(|h| h.ends_with(&suffix))
+    })
+    .await?;
+    // And writes: a new load-balancer address reaches the Gateway's status.
+    Api::<Service>::namespaced(client.clone(), "one")
+        .patch_status(
+            "a-aether",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.78"}]}}})),
+        )
+        .await?;
+    let gateways = Api::<Gateway>::namespaced(client.clone(), "one");
+    eventually_some("the survivor writes the new address", Wait::API, || async {
+        let addrs = gateways.get("a").await.ok()?.status?.addresses?;
+        (addrs.first()?.value == "192.0.2.78").then_some(())
+    })
+    .await?;
+    assert!(
+        leader.log().contains("writer Lease released"),
+        "the leader did not say it released the Lease:\n{}",
+        leader.log()
+    );
     cluster.pass()
 }

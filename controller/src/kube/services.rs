@@ -22,6 +22,7 @@ use super::FIELD_MANAGER;
 use super::apply_errors::ApplyFailures;
 use super::retry_schedule::{Retries, news_or_retry};
 use super::watch::Shared;
+use crate::reconcile::edge_slices::{LABEL_SLICE_MANAGED_BY, SLICE_MANAGED_BY};
 use crate::reconcile::services::{
     GatewayObjects, LABEL_GATEWAY_NAME, LABEL_GATEWAY_NAMESPACE, LABEL_MANAGED_BY, MANAGED_BY,
 };
@@ -241,6 +242,20 @@ fn is_managed(meta: &ObjectMeta) -> bool {
         && get(LABEL_GATEWAY_NAMESPACE).is_some()
 }
 
+/// A slice we wrote. The labels of `is_managed` are not enough: Kubernetes' own
+/// EndpointSlice controller copies a Service's labels onto the slices it writes for
+/// it, so the slices of a dedicated Gateway's headless Service carry them too, and
+/// deleting those as "not wanted" took the dedicated pods out of the Gateway's
+/// endpoints every few seconds (the controller wrote them back, we deleted them again).
+fn is_managed_slice(meta: &ObjectMeta) -> bool {
+    is_managed(meta)
+        && meta
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_SLICE_MANAGED_BY))
+            .is_some_and(|v| v == SLICE_MANAGED_BY)
+}
+
 /// Services and slices in the store that we manage for some Gateway.
 fn ours(store: &Store) -> impl Iterator<Item = (Kind, ObjectKey)> + '_ {
     let services = store
@@ -251,7 +266,7 @@ fn ours(store: &Store) -> impl Iterator<Item = (Kind, ObjectKey)> + '_ {
     let slices = store
         .endpoint_slices
         .iter()
-        .filter(|(_, s)| is_managed(&s.metadata))
+        .filter(|(_, s)| is_managed_slice(&s.metadata))
         .map(|(k, _)| (Kind::EndpointSlice, k.clone()));
     let owned = store
         .owned
@@ -272,7 +287,7 @@ fn present_and_ours(store: &Store, (kind, key): &(Kind, ObjectKey)) -> bool {
         Kind::EndpointSlice => store
             .endpoint_slices
             .get(key)
-            .is_some_and(|s| is_managed(&s.metadata)),
+            .is_some_and(|s| is_managed_slice(&s.metadata)),
         Kind::Owned(owned) => store
             .owned
             .get(&(*owned, key.clone()))

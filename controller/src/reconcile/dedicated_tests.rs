@@ -68,6 +68,10 @@ spec:
 "#;
 
 fn outcome(template: bool, serve_only: Option<ObjectKey>) -> Outcome {
+    outcome_of(YAML, template, serve_only)
+}
+
+fn outcome_of(yaml: &str, template: bool, serve_only: Option<ObjectKey>) -> Outcome {
     let mut service = testing::shared_service();
     service.serve_only = serve_only;
     if template {
@@ -76,7 +80,7 @@ fn outcome(template: bool, serve_only: Option<ObjectKey>) -> Outcome {
             template: parse_template(TEMPLATE).unwrap(),
         });
     }
-    testing::outcome_with(YAML, &testing::internal_ports("20000-29999", service))
+    testing::outcome_with(yaml, &testing::internal_ports("20000-29999", service))
 }
 
 fn condition(out: &Outcome, ns: &str, name: &str) -> Option<(String, String)> {
@@ -175,6 +179,48 @@ fn a_dedicated_gateway_gets_a_deployment_and_its_pods_behind_its_service() {
         bound(&out)
     );
     assert_eq!(bound(&out).len(), 2, "shared and typo");
+}
+
+#[test]
+fn the_shared_edge_keeps_a_dedicated_gateway_until_one_of_its_pods_is_ready() {
+    let addresses = |out: &Outcome| -> Vec<String> {
+        out.services[&ObjectKey::new("two", "own")]
+            .slices
+            .iter()
+            .flat_map(|s| &s.endpoints)
+            .map(|e| e.addresses[0].clone())
+            .collect()
+    };
+    // The Deployment is written at once, its pods not ready yet (or not listed at
+    // all): the shared pods keep serving the Gateway, which still names them.
+    let starting = YAML.replace(
+        "endpoints: [{addresses: [10.0.5.1], conditions: {ready: true}}]",
+        "endpoints: [{addresses: [10.0.5.1], conditions: {ready: false}}]",
+    );
+    let none = YAML.replace(
+        "endpoints: [{addresses: [10.0.5.1], conditions: {ready: true}}]",
+        "endpoints: []",
+    );
+    for yaml in [&starting, &none] {
+        let out = outcome_of(yaml, true, None);
+        assert!(
+            out.services[&ObjectKey::new("two", "own")]
+                .dedicated
+                .is_some()
+        );
+        assert_eq!(addresses(&out), vec!["10.0.0.1"]);
+        let own_ports = internal_ports(&out, "two", "own");
+        assert!(own_ports.iter().all(|p| bound(&out).contains(p)));
+        assert_eq!(
+            bound(&out).len(),
+            4,
+            "every Gateway still on the shared edge"
+        );
+    }
+    // One ready: handed over (the first test's case).
+    let ready = outcome(true, None);
+    assert_eq!(addresses(&ready), vec!["10.0.5.1"]);
+    assert_eq!(bound(&ready).len(), 2);
 }
 
 #[test]

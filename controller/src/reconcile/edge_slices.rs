@@ -62,6 +62,15 @@ pub fn edge_endpoints(store: &Store, edge: &ObjectKey) -> BTreeMap<String, Vec<E
         .collect()
 }
 
+/// Whether any of `endpoints` is ready (unset counts as ready, as the EndpointSlice
+/// API says consumers should read it).
+pub fn any_ready(endpoints: &BTreeMap<String, Vec<Endpoint>>) -> bool {
+    endpoints
+        .values()
+        .flatten()
+        .any(|e| e.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+}
+
 /// One slice per address family the edge pods have (an empty IPv4 slice when they
 /// have none yet, so the Service's endpoints are ours from the start), each listing
 /// the Service's ports by name with the internal port as the destination.

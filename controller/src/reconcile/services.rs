@@ -1,7 +1,7 @@
 //! Kubernetes mode: the Service each Gateway gets (pure: the reconciler outputs it, an
 //! effect applies it), and the addresses its load balancer reports.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use gateway_api::gateways::{Gateway, GatewayStatus};
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
@@ -30,6 +30,9 @@ pub struct Plan {
     /// Gateways that ask for pods of their own: the Deployment serving them, or why
     /// they are served by the shared edge pods after all.
     dedicated: BTreeMap<ObjectKey, Result<String, String>>,
+    /// Dedicated Gateways whose own pods have a ready endpoint: only these have left
+    /// the shared pods (make before break).
+    handed_over: BTreeSet<ObjectKey>,
 }
 
 /// Allocates internal ports (precedence as `ordered`) and builds each Gateway's Service.
@@ -95,6 +98,7 @@ pub(super) fn plan(
     let mut allocated = BTreeMap::new();
     let mut services = BTreeMap::new();
     let mut dedicated_state = BTreeMap::new();
+    let mut handed_over = BTreeSet::new();
     for (key, result) in ports::allocate(range, &requests) {
         match result {
             Ok(map) => {
@@ -104,11 +108,21 @@ pub(super) fn plan(
                     let current = existing(store, &key).map(|(s, _)| s);
                     let service = desired(&key, gw, &map, &protos, wanted, current);
                     let own = dedicated_objects(settings.dedicated.as_ref(), &key, gw);
-                    // A dedicated Gateway's Service names its own pods, not the edge's.
-                    let pods = match &own {
-                        Some(Ok((pods_key, _))) => &edge_slices::edge_endpoints(store, pods_key),
-                        _ => &edge,
+                    // A dedicated Gateway's Service names its own pods, not the edge's,
+                    // once one of them is ready: until then the shared pods keep serving
+                    // it and its Service keeps naming them, so moving a Gateway onto pods
+                    // of its own drops nothing while they start.
+                    let own_pods = match &own {
+                        Some(Ok((pods_key, _))) => {
+                            Some(edge_slices::edge_endpoints(store, pods_key))
+                                .filter(edge_slices::any_ready)
+                        }
+                        _ => None,
                     };
+                    if own_pods.is_some() {
+                        handed_over.insert(key.clone());
+                    }
+                    let pods = own_pods.as_ref().unwrap_or(&edge);
                     let slices =
                         edge_slices::desired(&key, &service, owner(&key, gw).as_ref(), pods);
                     let (state, dedicated) = match own {
@@ -155,6 +169,7 @@ pub(super) fn plan(
         problems,
         addresses,
         dedicated: dedicated_state,
+        handed_over,
     }
 }
 
@@ -181,7 +196,8 @@ fn dedicated_objects(
 
 impl Plan {
     /// The internal ports this process binds: every Gateway's, except those served by
-    /// pods of their own; on such a pod (`serve_only`), that one Gateway's.
+    /// pods of their own (once one of those is ready); on such a pod (`serve_only`),
+    /// that one Gateway's.
     pub(super) fn served_ports(
         &self,
         settings: &ServiceSettings,
@@ -190,7 +206,7 @@ impl Plan {
             .iter()
             .filter(|(key, _)| match &settings.serve_only {
                 Some(only) => *key == only,
-                None => !matches!(self.dedicated.get(*key), Some(Ok(_))),
+                None => !self.handed_over.contains(*key),
             })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect()
