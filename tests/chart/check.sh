@@ -4,10 +4,12 @@
 #   tests/chart/values-variant.yaml; the grace period computed from drain durations
 #   (minutes, hours, combined); the ServiceMonitor, PodMonitor and dashboard
 #   ConfigMap (off by default; on, scraping the admin port's /metrics of the right
-#   pods, and the dashboard file unchanged); kubernetes-validate --strict on every rendered
-#   built-in object (custom resources such as GatewayClass only warn); shellcheck on
-#   every shell script. Applying the rendered chart to a real API server is the
-#   `chart_applies_to_a_real_apiserver` test in tests/kubernetes/.
+#   pods, and the dashboard file unchanged); the packaged charts (charts/package.sh: the
+#   CRDs chart holds the bundle with the GEP-5093 patch); kubernetes-validate --strict
+#   on every rendered built-in object (custom resources such as GatewayClass only warn),
+#   then shellcheck on every shell script; actionlint on .github/workflows/. Applying the
+#   rendered chart to a real API server is the `chart_applies_to_a_real_apiserver` test
+#   in tests/kubernetes/, installing the packaged charts with Helm is crds_chart.rs.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
@@ -70,9 +72,31 @@ for bad in replicaCount=two servce.type=LoadBalancer service.type=Ingress drainT
     exit 1
   fi
 done
-# What a user installs from a registry: the packaged chart, linted as such.
-"$helm" package charts/aether-edge --destination "$out/package" >/dev/null
-"$helm" lint --strict "$out/package/aether-edge-"*.tgz >/dev/null
+# What a user installs from a registry: the packaged charts (charts/package.sh), linted
+# as such. The CRDs chart holds every CRD of the module's experimental bundle, each kept
+# on uninstall, and the Gateway CRD with `routability` in spec and status of both served
+# versions (the GEP-5093 patch applied, not lost on the way).
+bash charts/package.sh "$out/package" >/dev/null
+"$helm" lint --strict "$out/package/aether-edge-0"*.tgz >/dev/null
+"$helm" lint --strict "$out/package/aether-edge-crds-"*.tgz >/dev/null
+"$helm" template crds "$out/package/aether-edge-crds-"*.tgz >"$out/crds.yaml"
+bundle="$(bash tests/k8s/crds.sh)/config/crd/experimental"
+want="$(grep -l '^kind: CustomResourceDefinition$' "$bundle"/*.yaml |
+  while read -r f; do grep -qx -- "- $(basename "$f")" "$bundle/kustomization.yaml" && awk '/^  name: / {print $2; exit}' "$f"; done | sort)"
+got="$(awk '/^kind: CustomResourceDefinition$/ {c = 1} c && /^  name: / {print $2; c = 0}' "$out/crds.yaml" | sort)"
+[[ -n "$want" && "$got" == "$want" ]] || { echo "CRDs chart holds: $got; the bundle has: $want" >&2; exit 1; }
+[[ "$(grep -c '^    helm.sh/resource-policy: keep$' "$out/crds.yaml")" == "$(wc -l <<<"$want")" ]] ||
+  { echo "CRDs chart: not every CRD has helm.sh/resource-policy: keep" >&2; exit 1; }
+"$helm" template crds "$out/package/aether-edge-crds-"*.tgz --show-only templates/gateway.networking.k8s.io_gateways.yaml |
+  "$root/target/tools/venv/bin/python" -c '
+import sys, yaml
+crd = yaml.safe_load(sys.stdin)
+for v in crd["spec"]["versions"]:
+    props = v["schema"]["openAPIV3Schema"]["properties"]
+    for part in ("spec", "status"):
+        items = props[part]["properties"]["addresses"]["items"]["properties"]
+        assert "routability" in items, (v["name"], part)
+' || { echo "CRDs chart: the Gateway CRD lacks the GEP-5093 patch" >&2; exit 1; }
 
 # Monitoring: nothing by default. Switched on: a ServiceMonitor selecting the edge
 # Service (the one with the admin port), a PodMonitor selecting every edge pod of the
@@ -122,6 +146,8 @@ if ! command -v shellcheck >/dev/null 2>&1; then
   apt-get update -q && apt-get install -y -q --no-install-recommends shellcheck
 fi
 shellcheck .ci/run examples/quickstart/run.sh benches/load/run.sh tests/k8s/build.sh tests/k8s/crds.sh tests/h2spec/install.sh \
-  tests/promtool/install.sh tests/jaeger/install.sh tests/chart/*.sh tests/e2e/kind/*.sh tests/mesh/*.sh \
-  tests/k8s/monitoring-crds.sh tests/image/tools.sh image/build.sh benches/load/syscalls.sh
+  tests/promtool/install.sh tests/jaeger/install.sh tests/chart/*.sh tests/e2e/kind/*.sh tests/e2e/cluster/*.sh tests/mesh/*.sh \
+  tests/k8s/monitoring-crds.sh tests/image/tools.sh charts/package.sh tests/actionlint/install.sh image/build.sh benches/load/syscalls.sh
+# The release workflow runs only on GitHub (on a tag): lint it here.
+"$(bash tests/actionlint/install.sh)" .github/workflows/*.yml
 echo "chart and scripts: ok"

@@ -11,7 +11,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 version="$(awk '$1 == "k8s.io/kubernetes" && $2 ~ /^v/ {print $2; exit}' "$here/apiserver/go.mod")"
 out="${CARGO_TARGET_DIR:-$root/target}/k8s"
-bin="$out/kube-apiserver-$version"
+# "-stamped": the version is linked in (below); an earlier unstamped build is not reused.
+bin="$out/kube-apiserver-$version-stamped"
 
 if ! command -v etcd >/dev/null 2>&1; then
   echo "installing etcd-server" >&2
@@ -30,7 +31,14 @@ if [ ! -x "$bin" ]; then
   exec 9>"$out/.build.lock"
   flock 9
   if [ ! -x "$bin" ]; then
-    (cd "$here/apiserver" && go build -trimpath -ldflags='-s -w' -o "$bin.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
+    # The version stamped as a release build has it: without it the server reports
+    # v0.0.0-master, and Helm refuses charts with a kubeVersion constraint (ours
+    # have one), as it would on no real cluster.
+    ld="-s -w -X k8s.io/component-base/version.gitVersion=$version
+      -X k8s.io/component-base/version.gitMajor=1
+      -X k8s.io/component-base/version.gitMinor=$(cut -d. -f2 <<<"$version")
+      -X k8s.io/component-base/version.gitTreeState=clean"
+    (cd "$here/apiserver" && go build -trimpath -ldflags="$ld" -o "$bin.tmp" k8s.io/kubernetes/cmd/kube-apiserver)
     mv "$bin.tmp" "$bin"
     echo "built kube-apiserver in $(( $(date +%s) - start ))s" >&2
   fi

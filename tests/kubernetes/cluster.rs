@@ -125,19 +125,35 @@ fn from_script(script: &str, what: &str) -> Result<Option<PathBuf>, BoxError> {
     )
 }
 
+/// The Gateway API CRDs a test cluster starts with.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Crds {
+    /// The standard channel with the chart's GEP-5093 patch.
+    Patched,
+    /// The standard channel as published.
+    Stock,
+    None,
+}
+
 impl Cluster {
     /// Starts etcd and the apiserver, waits until it serves, installs the CRDs with
     /// the chart's GEP-5093 patch.
     pub async fn start() -> Result<Option<Self>, BoxError> {
-        Self::start_with(true).await
+        Self::start_with(Crds::Patched).await
     }
 
     /// Like [`Cluster::start`], with the CRDs exactly as published (no routability).
     pub async fn start_stock_crds() -> Result<Option<Self>, BoxError> {
-        Self::start_with(false).await
+        Self::start_with(Crds::Stock).await
     }
 
-    async fn start_with(patch_routability: bool) -> Result<Option<Self>, BoxError> {
+    /// Like [`Cluster::start`], with no Gateway API CRDs: for tests that install them
+    /// the way a user does.
+    pub async fn start_without_crds() -> Result<Option<Self>, BoxError> {
+        Self::start_with(Crds::None).await
+    }
+
+    async fn start_with(crds_wanted: Crds) -> Result<Option<Self>, BoxError> {
         let Some(apiserver) = tokio::task::spawn_blocking(apiserver_binary).await?? else {
             return Ok(None);
         };
@@ -237,8 +253,10 @@ impl Cluster {
         };
         let client = cluster.client().await?;
         cluster.wait_ready(&client).await?;
-        cluster.install_crds(&client, &crds).await?;
-        if patch_routability {
+        if crds_wanted != Crds::None {
+            cluster.install_crds(&client, &crds).await?;
+        }
+        if crds_wanted == Crds::Patched {
             cluster.patch_routability()?;
         }
         Ok(Some(cluster))

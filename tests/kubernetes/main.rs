@@ -13,6 +13,7 @@ mod churn;
 mod cluster;
 mod collision;
 mod crd_schema;
+mod crds_chart;
 mod dedicated;
 mod endpoint_burst;
 mod infrastructure;
