@@ -5,9 +5,10 @@
 #
 #   tests/e2e/cluster/run.sh build        # build what is missing (cached in target/cluster/)
 #   tests/e2e/cluster/run.sh up           # build, start the cluster, install CRDs and the chart
+#   tests/e2e/cluster/run.sh e2e          # two Gateways, rolling upgrade under load, dedicated pods (e2e.sh)
 #   tests/e2e/cluster/run.sh conformance  # run the upstream suite (cluster must be up)
 #   tests/e2e/cluster/run.sh down         # stop everything, remove every trace
-#   tests/e2e/cluster/run.sh all          # up, conformance, down
+#   tests/e2e/cluster/run.sh all          # up, e2e, conformance, down
 #   tests/e2e/cluster/run.sh exec CMD...  # run CMD inside the namespace, KUBECONFIG set
 #
 # Everything runs inside a network namespace this script creates (`unshare --net`): the
@@ -167,9 +168,10 @@ build() {
   rm -rf "$r"
 
   helm="$(bash "$root/tests/chart/tools.sh")"
-  crds="$(bash "$root/tests/k8s/crds.sh")/config/crd/experimental"
   ln -sf "$helm" "$bin/helm"
-  printf '%s\n' "$crds" >"$bin/crds.path"
+  # What a user installs: the packaged CRDs chart (the Go module's experimental channel
+  # with the GEP-5093 patch) and the edge chart.
+  bash "$root/charts/package.sh" "$top/charts" >/dev/null
 }
 
 # The images the suite's manifests name (echo-basic under several tags, CoreDNS).
@@ -453,17 +455,18 @@ up() {
   done
   start lb-loop bash "$here/run.sh" lb-loop
 
-  log "Gateway API CRDs $gateway_api_version (experimental channel, from the Go module)"
-  local crd_args=() f
-  for f in "$(cat "$bin/crds.path")"/gateway.networking*.yaml; do crd_args+=(-f "$f"); done
-  kc apply --server-side "${crd_args[@]}" >/dev/null
+  local chart_version
+  chart_version="$(awk '/^version:/ {print $2; exit}' "$root/charts/aether-edge/Chart.yaml")"
+  log "Gateway API CRDs $gateway_api_version: the packaged aether-edge-crds chart (helm)"
+  inns "$bin/helm" --kubeconfig "$state/admin.kubeconfig" upgrade --install aether-edge-crds \
+    "$top/charts/aether-edge-crds-$chart_version.tgz" >/dev/null
   kc wait --for=condition=Established crd --all --timeout=60s >/dev/null
-  log "chart charts/aether-edge (helm)"
+  log "the packaged aether-edge chart (helm)"
   # UDPRouteWeightedRouting opens 500 flows from one client, and kube-proxy masquerades
   # them all to one source address: past the default cap of 256 flows per source (as
   # in the case runner, docs/conformance.md).
   inns "$bin/helm" --kubeconfig "$state/admin.kubeconfig" upgrade --install aether-edge \
-    "$root/charts/aether-edge" --namespace aether-system --create-namespace \
+    "$top/charts/aether-edge-$chart_version.tgz" --namespace aether-system --create-namespace \
     --set image.repository=aether-edge --set image.tag="$edge_tag" --set image.pullPolicy=Never \
     --set 'extraArgs={--udp-max-flows-per-source=1024}' \
     --wait --timeout 180s >/dev/null
@@ -601,9 +604,11 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   conformance) conformance ;;
+  e2e) bash "$here/e2e.sh" ;;
   all)
     trap down EXIT
     up
+    bash "$here/e2e.sh"
     conformance
     ;;
   exec)
@@ -612,5 +617,5 @@ case "${1:-}" in
     PATH="$bin:$PATH" inns "$@"
     ;;
   lb-loop) lb_loop ;;
-  *) sed -n '2,17p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,18p' "$0" >&2; exit 2 ;;
 esac
