@@ -133,15 +133,8 @@ async fn give_up(api: &Api<LeaseObject>, config: &LeaseConfig) -> Result<bool, k
     spec.lease_duration_seconds = Some(1);
     spec.renew_time = Some(now.clone());
     spec.acquire_time = Some(now);
-    match api
-        .replace(&config.name, &PostParams::default(), &lease)
-        .await
-    {
-        Ok(_) => Ok(true),
-        // Someone wrote it since we read it: then it is not ours to clear any more.
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-        Err(e) => Err(e),
-    }
+    // A conflict: someone wrote it since we read it, so it is not ours to clear.
+    write(api, config, &lease).await
 }
 
 /// One round: create, renew or take over the Lease. True if we hold it afterwards.
@@ -193,8 +186,18 @@ async fn try_hold(api: &Api<LeaseObject>, config: &LeaseConfig) -> Result<bool, 
     }
     spec.renew_time = Some(MicroTime(now));
     spec.lease_duration_seconds = Some(seconds);
+    write(api, config, &lease).await
+}
+
+/// Replaces the Lease as read (its resourceVersion is the precondition). True if it
+/// was written; false on a conflict, which means another replica wrote it first.
+async fn write(
+    api: &Api<LeaseObject>,
+    config: &LeaseConfig,
+    lease: &LeaseObject,
+) -> Result<bool, kube::Error> {
     match api
-        .replace(&config.name, &PostParams::default(), &lease)
+        .replace(&config.name, &PostParams::default(), lease)
         .await
     {
         Ok(_) => Ok(true),

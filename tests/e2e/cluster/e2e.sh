@@ -174,7 +174,8 @@ pods_before="$(kc -n aether-system get pods -l app.kubernetes.io/name=aether-edg
 log "rolling upgrade: helm upgrade to image tag 'upgrade' (the same build, tagged anew)"
 x ctr --address "$top/state/containerd.sock" -n k8s.io images tag --force \
   docker.io/library/aether-edge:cluster docker.io/library/aether-edge:upgrade >/dev/null
-rollout "helm upgrade" helm_ upgrade aether-edge "$top/charts/aether-edge-0.1.0.tgz" -n aether-system \
+chart_version="$(awk '/^version:/ {print $2; exit}' "$root/charts/aether-edge/Chart.yaml")"
+rollout "helm upgrade" helm_ upgrade aether-edge "$top/charts/aether-edge-$chart_version.tgz" -n aether-system \
   --reuse-values --set image.tag=upgrade
 image="$(kc -n aether-system get deployment aether-edge -o jsonpath='{.spec.template.spec.containers[0].image}')"
 [[ "$image" == aether-edge:upgrade ]] || fail "after the upgrade the Deployment runs $image"
