@@ -27,6 +27,7 @@ SCENARIOS = {
     "close": "HTTP/1.1, new connection per request, {connections} concurrent (wrk, `Connection: close`)",
     "tls": "HTTPS termination, {connections} keep-alive connections (wrk, ECDSA P-256 certificate)",
     "h2": "HTTP/2 prior knowledge (h2c), {h2_connections} connections x {h2_streams} streams (h2load)",
+    "h2tls": "HTTP/2 over TLS (ALPN h2), {h2_connections} connections x {h2_streams} streams (h2load, ECDSA P-256 certificate)",
 }
 
 

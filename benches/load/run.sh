@@ -13,17 +13,20 @@
 # Prints one table per scenario (medians over the rounds) and appends them, with the
 # machine and versions, to benches/load/RESULTS.md.
 #
-# Scenarios (BENCH_SCENARIOS, default all four):
+# Scenarios (BENCH_SCENARIOS, default all five):
 #   keepalive  HTTP/1.1, 64 keep-alive connections (wrk)
 #   close      HTTP/1.1, a new connection per request (wrk, `Connection: close`)
-#   tls        HTTPS termination, 64 keep-alive connections (wrk); aether-edge: n/a
+#   tls        HTTPS termination, 64 keep-alive connections (wrk)
 #   h2         HTTP/2 prior knowledge (h2c), 16 connections x 8 streams (h2load)
+#   h2tls      HTTP/2 over TLS (ALPN h2), 16 connections x 8 streams (h2load), on the
+#              HTTPS listeners (which offer h2 and http/1.1; wrk offers no ALPN and
+#              stays on HTTP/1.1 there)
 #
 # Environment (defaults in brackets):
 #   BENCH_DURATION [5]        seconds per measurement
 #   BENCH_ROUNDS [3]          interleaved rounds; tables report the median
 #   BENCH_WARMUP [1]          seconds of discarded load per target before the rounds
-#   BENCH_SCENARIOS           subset of "keepalive close tls h2"
+#   BENCH_SCENARIOS           subset of "keepalive close tls h2 h2tls"
 #   BENCH_TARGETS             subset of "direct envoy nginx haproxy aether base"
 #   BENCH_CONNECTIONS [64]    HTTP/1.1 connections (keepalive, close, tls)
 #   BENCH_H2_CONNECTIONS [16], BENCH_H2_STREAMS [8]   h2load -c and -m
@@ -55,7 +58,7 @@
 #   BENCH_RECORD [1]          0: do not append to RESULTS.md
 #
 # Loopback only; every load process runs under `timeout`; everything started here is
-# stopped on exit. Defaults take about 6 minutes once the tools are installed and the
+# stopped on exit. Defaults take about 8 minutes once the tools are installed and the
 # binary is built.
 set -euo pipefail
 
@@ -65,7 +68,7 @@ root=$(cd "$here/../.." && pwd)
 DURATION=${BENCH_DURATION:-5}
 ROUNDS=${BENCH_ROUNDS:-3}
 WARMUP=${BENCH_WARMUP:-1}
-SCENARIOS=${BENCH_SCENARIOS:-keepalive close tls h2}
+SCENARIOS=${BENCH_SCENARIOS:-keepalive close tls h2 h2tls}
 TARGETS=${BENCH_TARGETS:-direct envoy nginx haproxy aether${AETHER_BASE_BIN:+ base}}
 CONNS=${BENCH_CONNECTIONS:-64}
 H2_CONNS=${BENCH_H2_CONNECTIONS:-16}
@@ -91,7 +94,7 @@ done
 ((DURATION > 0 && ROUNDS > 0)) || die "BENCH_DURATION and BENCH_ROUNDS must be > 0"
 ((PORT_BASE > 1024 && PORT_BASE + 50 < 65536)) || die "BENCH_PORT_BASE out of range"
 for s in $SCENARIOS; do
-  case $s in keepalive | close | tls | h2) ;; *) die "unknown scenario '$s'" ;; esac
+  case $s in keepalive | close | tls | h2 | h2tls) ;; *) die "unknown scenario '$s'" ;; esac
 done
 for t in $TARGETS; do
   case $t in
@@ -388,12 +391,12 @@ prepare_configs() {
 url_for() {
   local scenario=$1 target=$2 port
   case $scenario:$target in
-    tls:aether) port=$AETHER_TLS_PORT ;;
-    tls:direct) port=$UP_TLS_PORT ;;
-    tls:envoy) port=$ENVOY_TLS_PORT ;;
-    tls:nginx) port=$NGINX_TLS_PORT ;;
-    tls:haproxy) port=$HAPROXY_TLS_PORT ;;
-    tls:base) port=$BASE_TLS_PORT ;;
+    tls:aether | h2tls:aether) port=$AETHER_TLS_PORT ;;
+    tls:direct | h2tls:direct) port=$UP_TLS_PORT ;;
+    tls:envoy | h2tls:envoy) port=$ENVOY_TLS_PORT ;;
+    tls:nginx | h2tls:nginx) port=$NGINX_TLS_PORT ;;
+    tls:haproxy | h2tls:haproxy) port=$HAPROXY_TLS_PORT ;;
+    tls:base | h2tls:base) port=$BASE_TLS_PORT ;;
     h2:direct) port=$UP_H2_PORT ;;
     h2:nginx) port=$NGINX_H2_PORT ;;
     *:direct) port=$UP_PORT ;;
@@ -403,7 +406,7 @@ url_for() {
     *:aether) port=$AETHER_PORT ;;
     *:base) port=$BASE_PORT ;;
   esac
-  if [[ $scenario == tls ]]; then
+  if [[ $scenario == tls || $scenario == h2tls ]]; then
     echo "https://127.0.0.1:$port/bench"
   else
     echo "http://127.0.0.1:$port/bench"
@@ -477,6 +480,7 @@ verify() {
     close) args=(-H 'Connection: close') ;;
     tls) args=(--cacert "$RUN_DIR/cert.pem") ;;
     h2) args=(--http2-prior-knowledge) ;;
+    h2tls) args=(--http2 --cacert "$RUN_DIR/cert.pem") ;;
   esac
   out=$(curl -sS --max-time 5 "${args[@]}" -o "$RUN_DIR/verify.body" \
     -w '%{http_code} %{http_version}' "$url" 2>&1) || {
@@ -488,7 +492,7 @@ verify() {
     echo "HTTP $code"
     return 1
   fi
-  if [[ $scenario == h2 && $version != 2 ]]; then
+  if [[ ($scenario == h2 || $scenario == h2tls) && $version != 2 ]]; then
     echo "answered over HTTP/$version, not HTTP/2"
     return 1
   fi
@@ -514,7 +518,7 @@ run_load() {
       cmd+=(wrk -t 1 -c "$CONNS" -d "${secs}s" --timeout 5s -H 'Connection: close'
         -s "$here/wrk-report.lua" "$url")
       ;;
-    h2)
+    h2 | h2tls)
       cmd+=(h2load -t 1 -c "$H2_CONNS" -m "$H2_STREAMS" -D "$secs"
         --log-file="$out.requests" "$url")
       ;;
@@ -530,7 +534,7 @@ run_load() {
 # parse SCENARIO OUT: prints "ok|failed<TAB>rps<TAB>p50_us<TAB>p99_us<TAB>detail".
 parse() {
   local scenario=$1 out=$2
-  if [[ $scenario == h2 ]]; then
+  if [[ $scenario == h2 || $scenario == h2tls ]]; then
     python3 "$here/report.py" parse-h2load "$out"
   else
     python3 "$here/report.py" parse-wrk "$out"
