@@ -437,7 +437,7 @@ start_aether() {
     flags+=(${6})
   fi
   start_split "$name" "$PROXY_CPU" env TOKIO_WORKER_THREADS="$workers" \
-    RUST_LOG="${RUST_LOG:-warn}" "$bin" run --manifests "$4" --admin "127.0.0.1:$5" "${flags[@]}"
+    RUST_LOG="${RUST_LOG:-warn,rustls=error}" "$bin" run --manifests "$4" --admin "127.0.0.1:$5" "${flags[@]}"
 }
 
 start_proxy() {

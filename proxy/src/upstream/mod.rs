@@ -11,7 +11,9 @@ mod io;
 mod tests;
 pub(crate) mod tls;
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response};
@@ -177,22 +179,57 @@ impl Ready {
         }
     }
 
-    pub(crate) async fn send(
+    /// Not an `async fn`: that would keep `self` and `req` beside the future they move
+    /// into, in every request's future.
+    pub(crate) fn send(
         self,
         req: Request<Body>,
-    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+    ) -> impl Future<Output = Result<Response<UpstreamBody>, UpstreamError>> + Send {
         match self {
-            Ready::Http1(conn) => conn.send(req).await,
-            Ready::H2(sender) => incoming(h2pool::send(sender, req).await),
-            Ready::Mesh(lease) => incoming(lease.send(req).await),
+            Ready::Http1(conn) => Sending::Http1 {
+                fut: conn.send(req),
+            },
+            Ready::H2(sender) => Sending::H2 {
+                fut: h2pool::send(sender, req),
+            },
+            Ready::Mesh(lease) => Sending::Mesh {
+                fut: lease.send(req),
+            },
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The send of one of [`Ready`]'s kinds of connection.
+    #[project = SendingProj]
+    enum Sending<A, B, C> {
+        Http1 { #[pin] fut: A },
+        H2 { #[pin] fut: B },
+        Mesh { #[pin] fut: C },
+    }
+}
+
+type Answer<B> = Result<Response<B>, UpstreamError>;
+
+impl<A, B, C> Future for Sending<A, B, C>
+where
+    A: Future<Output = Answer<UpstreamBody>>,
+    B: Future<Output = Answer<hyper::body::Incoming>>,
+    C: Future<Output = Answer<hyper::body::Incoming>>,
+{
+    type Output = Answer<UpstreamBody>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.project() {
+            SendingProj::Http1 { fut } => fut.poll(cx),
+            SendingProj::H2 { fut } => fut.poll(cx).map(incoming),
+            SendingProj::Mesh { fut } => fut.poll(cx).map(incoming),
         }
     }
 }
 
 /// An answer whose connection runs on its own task (HTTP/2).
-fn incoming(
-    result: Result<Response<hyper::body::Incoming>, UpstreamError>,
-) -> Result<Response<UpstreamBody>, UpstreamError> {
+fn incoming(result: Answer<hyper::body::Incoming>) -> Answer<UpstreamBody> {
     result.map(|resp| resp.map(UpstreamBody::from))
 }
 
