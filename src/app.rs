@@ -73,7 +73,13 @@ pub async fn run(config: Config, workers: &[tokio::runtime::Handle]) -> anyhow::
     tokio::spawn(admin::serve(admin_listener, Arc::clone(&admin)));
 
     let manager = ListenerManager::new(Arc::clone(&proxy), workers, &proxy_config);
-    let mut publisher = Publisher::new(manager, Arc::clone(&admin));
+    // Only Kubernetes mode has endpoints that lag behind a change; in standalone mode
+    // a dropped listener stops at once, as its files say.
+    let linger = match &source {
+        Source::Kubernetes(_) => process.drain_delay,
+        Source::Files(_) => Duration::ZERO,
+    };
+    let mut publisher = Publisher::new(manager, Arc::clone(&admin), linger);
     match source {
         Source::Kubernetes(kube) => {
             crate::kubernetes::run(&kube, controller, &mut publisher).await?;
@@ -147,11 +153,11 @@ async fn run_files(
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
     loop {
-        let bind_retry = control.publisher.bind_retry_at();
+        let wake_at = control.publisher.wake_at();
         tokio::select! {
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
-            () = crate::publish::sleep_until(bind_retry) => { control.publisher.retry_binds(); }
+            () = crate::publish::sleep_until(wake_at) => { control.publisher.wake(); }
             tick = changes.recv() => {
                 if tick.is_none() { break; }
                 if let Err(e) = control.reload(tick.flatten()).await {

@@ -142,7 +142,8 @@ pub struct RunArgs {
     pub drain_timeout: Duration,
 
     /// On SIGTERM/SIGINT: how long readiness reports 503 before listeners stop
-    /// accepting, so load balancers notice first.
+    /// accepting, so load balancers notice first. In Kubernetes mode also how long a
+    /// listener a change drops keeps serving, while kube-proxy moves its endpoints.
     #[arg(long, default_value = "0s", value_name = "DURATION")]
     pub drain_delay: Duration,
 

@@ -95,12 +95,12 @@ pub async fn run(
     let mut last_reconcile: Option<tokio::time::Instant> = None;
     let mut reconciler: Option<Reconciler> = None;
     loop {
-        let bind_retry = publisher.bind_retry_at();
+        let wake_at = publisher.wake_at();
         tokio::select! {
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
-            () = crate::publish::sleep_until(bind_retry) => {
-                if publisher.retry_binds() {
+            () = crate::publish::sleep_until(wake_at) => {
+                if publisher.wake() {
                     status_tx.send_replace(Arc::clone(publisher.statuses()));
                 }
             }

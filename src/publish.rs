@@ -1,14 +1,21 @@
 //! The publish step both sources share: a reconciled Snapshot goes to the listener
 //! manager, and the statuses (bind failures folded in, transition times carried) go to
 //! the admin server's `/status`.
+//!
+//! In Kubernetes mode a listener the new Snapshot drops lingers: it keeps serving what
+//! it served for the linger (`--drain-delay`), because traffic keeps arriving until
+//! every node's kube-proxy has the Service's new endpoints (a Gateway moved to pods of
+//! its own, say), just as a terminating pod keeps accepting for its drain delay.
 
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use aether_controller::Timestamp;
 use aether_controller::manifest::ManifestError;
 use aether_controller::{Outcome, Statuses};
-use aether_proxy::{ListenerManager, Snapshot};
+use aether_proxy::{Listener, ListenerManager, Snapshot};
 use metrics::{counter, gauge};
 use tokio::time::Instant;
 
@@ -27,6 +34,10 @@ pub struct Publisher {
     stamped_from: Statuses,
     /// While some socket fails to bind: when to try again, and the delay that led there.
     bind_retry: Option<(Instant, Duration)>,
+    /// How long a dropped listener keeps serving; zero: it stops at once (standalone).
+    linger: Duration,
+    /// Dropped listeners still served, and until when.
+    lingering: BTreeMap<SocketAddr, (Arc<Listener>, Instant)>,
 }
 
 /// The first retry of a failed bind comes this soon; each further one waits twice as
@@ -57,7 +68,8 @@ struct Published {
 }
 
 impl Publisher {
-    pub fn new(manager: ListenerManager, admin: Arc<AdminState>) -> Self {
+    /// `linger`: how long a listener a reconcile drops keeps serving (see above).
+    pub fn new(manager: ListenerManager, admin: Arc<AdminState>, linger: Duration) -> Self {
         Self {
             manager,
             admin,
@@ -66,6 +78,8 @@ impl Publisher {
             statuses: Arc::default(),
             stamped_from: Statuses::default(),
             bind_retry: None,
+            linger,
+            lingering: BTreeMap::new(),
         }
     }
 
@@ -80,6 +94,7 @@ impl Publisher {
         self.generation += 1;
         let mut snapshot = outcome.snapshot;
         snapshot.generation = self.generation;
+        self.keep_lingering(&mut snapshot);
         counter!(aether_proxy::telemetry::CONFIG_RELOADS_TOTAL, "result" => if errors.is_empty() { "ok" } else { "partial" }).increment(1);
         // What the change cost: a full reconcile compiles every route, a change only
         // the routes it touched (or that name a Service whose endpoints changed).
@@ -147,20 +162,70 @@ impl Publisher {
         self.statuses = statuses;
     }
 
-    /// When `retry_binds` is due: some socket failed to bind (typically a port still
-    /// held by another process). None while every socket is bound.
-    pub fn bind_retry_at(&self) -> Option<Instant> {
-        self.bind_retry.map(|(at, _)| at)
+    /// Adds to `next` the listeners the published Snapshot has and `next` drops, for
+    /// the linger from when they were first dropped; one `next` serves again stops
+    /// lingering (TCP only: a UDP socket's flows end with it).
+    fn keep_lingering(&mut self, next: &mut Snapshot) {
+        if self.linger.is_zero() {
+            return;
+        }
+        let now = Instant::now();
+        if let Some(published) = &self.current {
+            for (addr, listener) in &published.snapshot.listeners {
+                if !next.listeners.contains_key(addr) && !self.lingering.contains_key(addr) {
+                    tracing::info!(%addr, linger = ?self.linger, "listener dropped; serving it for the linger while endpoints move");
+                    self.lingering
+                        .insert(*addr, (Arc::clone(listener), now + self.linger));
+                }
+            }
+        }
+        self.lingering
+            .retain(|addr, (_, until)| *until > now && !next.listeners.contains_key(addr));
+        for (addr, (listener, _)) in &self.lingering {
+            next.listeners.insert(*addr, Arc::clone(listener));
+        }
     }
 
-    /// Sockets that failed to bind are retried, with backoff (`bind_retry_at`), until
-    /// they bind or the configuration stops asking for them. True when it re-published.
-    pub fn retry_binds(&mut self) -> bool {
-        if self.current.as_ref().is_some_and(|c| c.bind_failures > 0) {
+    /// When `wake` is due: some socket failed to bind (typically a port still held by
+    /// another process), or a lingering listener's time is up. None otherwise.
+    pub fn wake_at(&self) -> Option<Instant> {
+        let linger_ends = self.lingering.values().map(|(_, until)| *until).min();
+        match (self.bind_retry.map(|(at, _)| at), linger_ends) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Stops lingering listeners whose time is up, and retries sockets that failed to
+    /// bind, with backoff, until they bind or the configuration stops asking for them.
+    /// True when it re-published.
+    pub fn wake(&mut self) -> bool {
+        let now = Instant::now();
+        let ended: Vec<SocketAddr> = self
+            .lingering
+            .iter()
+            .filter(|(_, (_, until))| *until <= now)
+            .map(|(addr, _)| *addr)
+            .collect();
+        if let (false, Some(current)) = (ended.is_empty(), self.current.as_mut()) {
+            let mut snapshot = Snapshot::clone(&current.snapshot);
+            for addr in &ended {
+                self.lingering.remove(addr);
+                snapshot.listeners.remove(addr);
+            }
+            current.snapshot = Arc::new(snapshot);
+            self.publish(false);
+            return true;
+        }
+        if self.current.as_ref().is_some_and(|c| c.bind_failures > 0)
+            && self.bind_retry.is_some_and(|(at, _)| at <= now)
+        {
             self.publish(true);
             return true;
         }
-        self.bind_retry = None;
+        if self.bind_retry.is_some_and(|(at, _)| at <= now) {
+            self.bind_retry = None;
+        }
         false
     }
 }

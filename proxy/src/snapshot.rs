@@ -17,7 +17,7 @@ use crate::telemetry::RouteStats;
 use crate::tls::{HandshakeConfigs, TlsCerts};
 
 /// Everything the proxy serves at one moment.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Clone, Serialize)]
 pub struct Snapshot {
     /// Increases by one with every reconcile that produced a new snapshot.
     pub generation: u64,

@@ -1,7 +1,8 @@
 //! Dedicated Gateways against the real API server: an annotated Gateway gets a Deployment, a
 //! PodDisruptionBudget and a pods Service of its own; running exactly what that Deployment says serves that
-//! Gateway alone, the shared edge stops serving it, and its Service's endpoints follow
-//! its own pods. Dropping the annotation hands it back to the shared edge.
+//! Gateway alone, the shared edge stops serving it (after a linger: endpoints take a
+//! while to move everywhere), and its Service's endpoints follow its own pods. Dropping
+//! the annotation hands it back to the shared edge.
 
 use std::net::SocketAddr;
 use std::process::Command;
@@ -73,8 +74,10 @@ async fn a_dedicated_gateway_is_served_by_its_own_deployment() -> Result<(), Box
     let template_path = cluster.dir.path().join("pod-template.yaml");
     std::fs::write(&template_path, template)?;
     let template_arg = template_path.display().to_string();
+    // The drain delay is also how long a listener the edge drops keeps serving.
     let _shared = Edge::new(&cluster, &shared.to_string(), "shared")
         .args(&["--dedicated-pod-template", &template_arg])
+        .args(&["--drain-delay", "10s"])
         .start();
     gateway(&client, "one", "plain", json!({})).await;
     gateway(
@@ -182,6 +185,17 @@ async fn a_dedicated_gateway_is_served_by_its_own_deployment() -> Result<(), Box
         (eps == vec![("10.1.0.20".to_owned(), true)]).then_some(())
     })
     .await?;
+    // Handed over, and still served here for the linger: kube-proxy on every node
+    // applies the Service's new endpoints a little later, and what it still sends to
+    // the shared edge meanwhile must not be refused.
+    let own_port = u16::try_from(service_ports(&client, "two", "own").await.1[0].1)?;
+    let plain_port = u16::try_from(service_ports(&client, "one", "plain").await.1[0].1)?;
+    let at = |ip: std::net::Ipv4Addr, port: u16| SocketAddr::from((ip, port));
+    assert_eq!(
+        served_by(at(shared, own_port)).await.as_deref(),
+        Some("own"),
+        "the shared edge stopped serving a handed-over Gateway before its linger"
+    );
     // And keeps naming it: the controller's slice is left alone.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
@@ -203,9 +217,6 @@ async fn a_dedicated_gateway_is_served_by_its_own_deployment() -> Result<(), Box
         .env("KUBECONFIG", &cluster.kubeconfig)
         .env("RUST_LOG", "info");
     let _dedicated = cluster.proc(cmd, "edge-dedicated")?;
-    let own_port = u16::try_from(service_ports(&client, "two", "own").await.1[0].1)?;
-    let plain_port = u16::try_from(service_ports(&client, "one", "plain").await.1[0].1)?;
-    let at = |ip: std::net::Ipv4Addr, port: u16| SocketAddr::from((ip, port));
     eventually_some(
         "the dedicated pod serves its Gateway",
         Wait::API,
@@ -218,11 +229,17 @@ async fn a_dedicated_gateway_is_served_by_its_own_deployment() -> Result<(), Box
         served_by(at(shared, plain_port)).await.as_deref(),
         Some("plain")
     );
-    assert_eq!(
-        served_by(at(shared, own_port)).await,
-        None,
-        "the shared edge must not serve a dedicated Gateway"
-    );
+    eventually_some(
+        "the shared edge stops serving own after the linger",
+        Wait::API,
+        || async {
+            served_by(at(shared, own_port))
+                .await
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await?;
     assert_eq!(
         served_by(at(dedicated, plain_port)).await,
         None,
