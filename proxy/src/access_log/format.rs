@@ -34,8 +34,10 @@ fn opt_str<'a>(v: Option<&'a str>) -> Val<'a> {
 }
 
 fn header<'a>(v: Option<&'a HeaderValue>) -> Val<'a> {
-    v.map_or(Val::Null, |v| {
-        Val::Str(String::from_utf8_lossy(v.as_bytes()))
+    // Visible ASCII, the usual case, is checked faster than UTF-8 is decoded.
+    v.map_or(Val::Null, |v| match v.to_str() {
+        Ok(s) => Val::Str(Cow::Borrowed(s)),
+        Err(_) => Val::Str(String::from_utf8_lossy(v.as_bytes())),
     })
 }
 

@@ -11,6 +11,7 @@
 mod body;
 mod format;
 mod record;
+mod recycle;
 mod writer;
 
 use std::io::Write;

@@ -49,6 +49,8 @@ pub struct HttpRecord {
     /// The response body was sent to its end (false: the client went away first, or
     /// the upstream body failed).
     pub(super) complete: bool,
+    /// Where the writer returns the record once formatted (see `recycle`).
+    pub(super) home: Option<super::recycle::Home>,
 }
 
 /// Starts a record for `req` when access logging is on and samples this request.
@@ -64,7 +66,7 @@ pub fn begin_http<B: hyper::body::Body>(
     // Bodies known to be empty (no Content-Length, or an HTTP/2 HEADERS frame
     // ending the stream) need no counter.
     let has_body = !req.body().is_end_stream();
-    Some(Box::new(HttpRecord {
+    Some(super::recycle::boxed(HttpRecord {
         log,
         time: SystemTime::now(),
         started,
@@ -87,6 +89,7 @@ pub fn begin_http<B: hyper::body::Body>(
         upstream_time: None,
         retries: 0,
         complete: false,
+        home: None,
     }))
 }
 
@@ -130,7 +133,7 @@ impl HttpRecord {
                 .then(|| HeaderValue::from_maybe_shared(f).ok())
                 .flatten()
         };
-        Some(Box::new(HttpRecord {
+        Some(super::recycle::boxed(HttpRecord {
             log,
             time: SystemTime::now(),
             started: r.started,
@@ -153,7 +156,21 @@ impl HttpRecord {
             upstream_time: None,
             retries: 0,
             complete: false,
+            home: None,
         }))
+    }
+
+    /// Drops what the record holds of its request (clones sharing the request's
+    /// buffers, the listener and rule): the box stays, for another record.
+    pub(super) fn clear(&mut self) {
+        self.listener = None;
+        self.rule = None;
+        self.uri = Uri::default();
+        self.host = None;
+        self.user_agent = None;
+        self.request_id = None;
+        self.traceparent = None;
+        self.request_bytes = None;
     }
 
     /// Ends a relayed request's record: `sent` body bytes, all of them or not.

@@ -204,3 +204,36 @@ fn lines_render_times_durations_and_addresses_as_fmt_does() {
         check(Val::Bool(false), "false".to_owned());
     }
 }
+
+/// A formatted record goes back to the thread that made it: that thread's next record
+/// reuses its box, and what it held of its request is let go by then.
+#[tokio::test]
+async fn formatted_records_come_back_to_their_thread_emptied() {
+    let (log, sink) = start(Format::Text, "1xx,2xx,3xx,4xx,5xx");
+    let conn = ConnInfo::new(
+        "127.0.0.1:8080".parse().unwrap(),
+        "127.0.0.9:5555".parse().unwrap(),
+        std::sync::Arc::new(crate::upstream::Upstreams::new(
+            &crate::upstream::UpstreamSettings::default(),
+            None,
+        )),
+    );
+    let req = |path: &str| {
+        Request::builder()
+            .uri(path)
+            .body(Full::new(Bytes::from_static(b"body")))
+            .unwrap()
+    };
+    let mut first = begin_http(Some(log), &conn, &req("/first"), 0, Instant::now()).unwrap();
+    first.set_answer(200, None);
+    let counter = first.request_counter().unwrap();
+    let first_at = std::ptr::from_ref::<HttpRecord>(&first) as usize;
+    log.http(first);
+    assert!(lines(log, &sink).contains("path=/first"));
+    assert_eq!(Arc::strong_count(&counter), 2, "returned, not yet emptied");
+
+    let second = begin_http(Some(log), &conn, &req("/second"), 0, Instant::now()).unwrap();
+    assert_eq!(std::ptr::from_ref::<HttpRecord>(&second) as usize, first_at);
+    assert_eq!(Arc::strong_count(&counter), 1, "the first request's counter let go");
+    assert_eq!(second.uri.path(), "/second");
+}

@@ -50,7 +50,10 @@ fn run(format: Format, rx: &Receiver<Entry>, mut out: Box<dyn Write + Send>) {
                 }
             };
             match entry {
-                Entry::Http(r) => lines.write_line(&http_fields(&r), &mut buf),
+                Entry::Http(r) => {
+                    lines.write_line(&http_fields(&r), &mut buf);
+                    super::recycle::give_back(r);
+                }
                 Entry::L4(r) => lines.write_line(&l4_fields(&r), &mut buf),
                 Entry::Flush(ack) => acks.push(ack),
             }
