@@ -234,6 +234,10 @@ async fn formatted_records_come_back_to_their_thread_emptied() {
 
     let second = begin_http(Some(log), &conn, &req("/second"), 0, Instant::now()).unwrap();
     assert_eq!(std::ptr::from_ref::<HttpRecord>(&second) as usize, first_at);
-    assert_eq!(Arc::strong_count(&counter), 1, "the first request's counter let go");
+    assert_eq!(
+        Arc::strong_count(&counter),
+        1,
+        "the first request's counter let go"
+    );
     assert_eq!(second.uri.path(), "/second");
 }
