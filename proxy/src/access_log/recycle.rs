@@ -22,7 +22,8 @@ pub(super) type Home = &'static SyncSender<Box<HttpRecord>>;
 struct Spares {
     home: Home,
     rx: Receiver<Box<HttpRecord>>,
-    /// Returned boxes, emptied.
+    /// Returned boxes, emptied: kept as boxes because boxes are what is reused.
+    #[allow(clippy::vec_box)]
     empty: RefCell<Vec<Box<HttpRecord>>>,
 }
 
