@@ -199,14 +199,28 @@ async fn a_writer_that_shuts_down_hands_the_lease_over_at_once() -> Result<(), B
         holder(leases.get("aether-edge-writer").await.ok()?).filter(|h| h.ends_with(&suffix))
     })
     .await?;
-    // And writes: a new load-balancer address reaches the Gateway's status.
-    Api::<Service>::namespaced(client.clone(), "one")
-        .patch_status(
-            "a-aether",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.78"}]}}})),
-        )
-        .await?;
+    // And writes: a new load-balancer address reaches the Gateway's status. Retried:
+    // on a busy machine the first holder may have been stopped before it created the
+    // Gateway's Service, and then the survivor creates it a moment later.
+    let services = Api::<Service>::namespaced(client.clone(), "one");
+    eventually_some(
+        "the Gateway's Service takes a new address",
+        Wait::API,
+        || async {
+            services
+                .patch_status(
+                    "a-aether",
+                    &PatchParams::default(),
+                    &Patch::Merge(
+                        json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.78"}]}}}),
+                    ),
+                )
+                .await
+                .ok()
+                .map(|_| ())
+        },
+    )
+    .await?;
     let gateways = Api::<Gateway>::namespaced(client.clone(), "one");
     eventually_some("the survivor writes the new address", Wait::API, || async {
         let addrs = gateways.get("a").await.ok()?.status?.addresses?;
