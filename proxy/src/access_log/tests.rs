@@ -41,16 +41,21 @@ fn start(format: Format, statuses: &str) -> (&'static AccessLog, Shared) {
     (log, sink)
 }
 
-/// Logs one request answered locally with `status`, its body sent to its end.
-async fn one(log: &'static AccessLog, status: u16, path: &str) {
-    let conn = ConnInfo::new(
+/// A connection from 127.0.0.9 to a listener on 127.0.0.1:8080.
+fn conn_info() -> ConnInfo {
+    ConnInfo::new(
         "127.0.0.1:8080".parse().unwrap(),
         "127.0.0.9:5555".parse().unwrap(),
         std::sync::Arc::new(crate::upstream::Upstreams::new(
             &crate::upstream::UpstreamSettings::default(),
             None,
         )),
-    );
+    )
+}
+
+/// Logs one request answered locally with `status`, its body sent to its end.
+async fn one(log: &'static AccessLog, status: u16, path: &str) {
+    let conn = conn_info();
     let req = Request::builder()
         .uri(path)
         .header("host", "a.example.com")
@@ -210,14 +215,7 @@ fn lines_render_times_durations_and_addresses_as_fmt_does() {
 #[tokio::test]
 async fn formatted_records_come_back_to_their_thread_emptied() {
     let (log, sink) = start(Format::Text, "1xx,2xx,3xx,4xx,5xx");
-    let conn = ConnInfo::new(
-        "127.0.0.1:8080".parse().unwrap(),
-        "127.0.0.9:5555".parse().unwrap(),
-        std::sync::Arc::new(crate::upstream::Upstreams::new(
-            &crate::upstream::UpstreamSettings::default(),
-            None,
-        )),
-    );
+    let conn = conn_info();
     let req = |path: &str| {
         Request::builder()
             .uri(path)
