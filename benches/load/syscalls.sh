@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Kernel work per request, side by side: syscalls, context switches and CPU (user and
 # system) per request of aether-edge, nginx and HAProxy proxying HTTP/1.1 keep-alive
-# to one nginx upstream. Counts, unlike req/s, barely move with the machine's load, so
+# to one nginx upstream (SYSCALLS_LOAD=h2: HTTP/2 with prior knowledge, h2load 16
+# connections x 8 streams, to HTTP/1.1 upstreams as in the load benchmark). Counts, unlike req/s, barely move with the machine's load, so
 # this says where the per-request gap is even on a busy machine.
 #
 #   benches/load/syscalls.sh BIN [ROUNDS]
@@ -24,7 +25,15 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 out=$(mktemp -d /tmp/aether-syscalls.XXXXXX)
 base=${SYSCALLS_PORT_BASE:-28700}
 up=$base nginx_port=$((base + 1)) haproxy_port=$((base + 2)) aether_port=$((base + 3))
-admin=$((base + 4))
+admin=$((base + 4)) nginx_h2_port=$((base + 5))
+load=${SYSCALLS_LOAD:-keepalive}
+curl_h2=()
+case $load in
+  keepalive) ;;
+  # nginx takes h2c on a listener of its own; HAProxy and aether-edge detect the preface.
+  h2) nginx_port=$nginx_h2_port curl_h2=(--http2-prior-knowledge) ;;
+  *) echo "SYSCALLS_LOAD: keepalive or h2, not $load" >&2; exit 2 ;;
+esac
 
 pids=()
 cleanup() {
@@ -39,8 +48,8 @@ mkdir -p "$out/tmp" "$out/aether" "$out/nginx-proxy-tmp"
 sed -e "s|@RUN_DIR@|$out|g" -e "s|@UP_PORT@|$up|g" \
   "$here/conf/nginx-upstream-h1.conf" >"$out/upstream.conf"
 # The load benchmark's proxy configurations, with only the HTTP/1.1 listeners.
-sed -e "s|@RUN_DIR@|$out|g" -e "s|@UP_PORT@|$up|g" -e "s|@NGINX_PORT@|$nginx_port|g" \
-  -e '/@NGINX_H2_PORT@\|@NGINX_TLS_PORT@\|ssl_/d' -e 's|master_process on|master_process off|' \
+sed -e "s|@RUN_DIR@|$out|g" -e "s|@UP_PORT@|$up|g" -e "s|@NGINX_PORT@|$((base + 1))|g" \
+  -e "s|@NGINX_H2_PORT@|$nginx_h2_port|g" -e '/@NGINX_TLS_PORT@\|ssl_/d' -e 's|master_process on|master_process off|' \
   "$here/conf/nginx-proxy.conf" >"$out/nginx.conf"
 sed -e "s|@RUN_DIR@|$out|g" -e "s|@UP_PORT@|$up|g" -e "s|@HAPROXY_PORT@|$haproxy_port|g" \
   -e '/@HAPROXY_TLS_PORT@\|ssl_fc\|tune.ssl/d' "$here/conf/haproxy.cfg" >"$out/haproxy.cfg"
@@ -50,6 +59,14 @@ sed -e "s|@AETHER_PORT@|$aether_port|g" -e "s|@UP_PORT@|$up|g" "$here/conf/aethe
 taskset -c 0 nginx -c "$out/upstream.conf" &
 pids+=($!)
 
+run_load() { # SECONDS OUTPUT (port from the caller)
+  if [[ $load == h2 ]]; then
+    taskset -c 0 timeout 60 h2load -c16 -m8 -D"$1" "http://127.0.0.1:$port/bench" >"$2"
+  else
+    taskset -c 0 timeout 60 wrk -t1 -c"${SYSCALLS_CONNECTIONS:-64}" -d"$1s" "http://127.0.0.1:$port/bench" >"$2"
+  fi
+}
+
 cpu_ticks() { awk '{print $14, $15}' "/proc/$1/stat"; }
 
 measure() { # NAME PORT CMD...
@@ -58,11 +75,11 @@ measure() { # NAME PORT CMD...
   taskset -c 1 "$@" >"$out/$name.log" 2>&1 &
   local pid=$!
   for _ in $(seq 50); do
-    curl -fsS -o /dev/null --max-time 1 "http://127.0.0.1:$port/" 2>/dev/null && break
+    curl -fsS "${curl_h2[@]}" -o /dev/null --max-time 1 "http://127.0.0.1:$port/" 2>/dev/null && break
     sleep 0.2
   done
   # Warm: connections open, pools filled.
-  taskset -c 0 wrk -t1 -c64 -d1s "http://127.0.0.1:$port/bench" >/dev/null
+  run_load 1 "$out/$name.warm"
   local u0 s0 u1 s1
   read -r u0 s0 < <(cpu_ticks "$pid")
   local events=raw_syscalls:sys_enter,context-switches
@@ -75,13 +92,14 @@ measure() { # NAME PORT CMD...
       >/dev/null 2>&1 &
   fi
   sleep 0.3
-  taskset -c 0 wrk -t1 -c"${SYSCALLS_CONNECTIONS:-64}" -d"${dur}s" "http://127.0.0.1:$port/bench" >"$out/$name.wrk"
+  run_load "$dur" "$out/$name.wrk"
   wait "$perf" || true
   read -r u1 s1 < <(cpu_ticks "$pid")
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   local reqs hz
-  reqs=$(awk '/requests in/ {print $1}' "$out/$name.wrk")
+  # wrk: "N requests in"; h2load: "requests: N total, N started, N done, N succeeded".
+  reqs=$(awk '/requests in/ {print $1} /^requests:/ {print $8}' "$out/$name.wrk")
   hz=$(getconf CLK_TCK)
   awk -F, -v n="$name" -v r="$reqs" -v u=$((u1 - u0)) -v k=$((s1 - s0)) -v hz="$hz" '
     $3 == "raw_syscalls:sys_enter" { s = $1 }
