@@ -23,6 +23,10 @@ kc() { x kubectl "$@"; }
 helm_() { x "$top/bin/helm" "$@"; }
 [[ -f "$top/state/admin.kubeconfig" ]] || fail "no cluster: run '$here/run.sh up' first"
 
+# A previous run deletes its namespaces without waiting: applying into one still
+# terminating fails, so a run right after another waits for them to be gone.
+kc wait --for=delete namespace/team-a namespace/team-b --timeout=120s >/dev/null 2>&1 || true
+
 log "two teams: an echo Deployment and Service each, a Gateway and an HTTPRoute"
 for team in team-a team-b; do
   kc apply -f - >/dev/null <<YAML
@@ -136,7 +140,7 @@ load_start() {
   sleep 2
 }
 load_stop() {
-  local what="$1" tolerance="${2:-0}" total=0 bad=0 f n b
+  local what="$1" total=0 bad=0 f n b
   touch "$work/stop"
   wait
   for f in a.fresh a.kept b.fresh b.kept; do
@@ -147,12 +151,6 @@ load_stop() {
   done
   log "$what: $total requests in $((SECONDS - load_t0))s, $bad failed"
   ((total > 100)) || fail "$what: only $total requests were sent"
-  # A tolerance (per mille) only for the one step with a known gap, the move to
-  # dedicated pods (README.md says why); every other step allows none.
-  if ((bad > 0 && bad * 1000 <= total * tolerance)); then
-    log "$what: KNOWN GAP: $bad of $total requests failed (tolerated up to $tolerance per mille)"
-    return
-  fi
   ((bad == 0)) || fail "$what: $bad requests failed"
 }
 
@@ -212,12 +210,9 @@ done
 log "team-b's Service names its own pod(s) $pod_ips"
 # Kept through a few of the cluster's EndpointSlice updates: it must not flap back.
 sleep 10
-# Known gap (README.md): the shared pods stop serving the Gateway in the same reconcile
-# that points its EndpointSlice at the dedicated pods, and kube-proxy applies the new
-# endpoints a moment later; connections in that moment are refused or reset (2-19 in
-# 20,000-34,000 here). Tolerated up to 2 per mille until a run confirms the linger
-# (10adac1: the shared pods serve a dropped listener for their drain delay) ends it.
-load_stop "move to dedicated pods" 2
+# The shared pods keep serving the handed-over Gateway for their drain delay (the
+# linger, 10adac1) while kube-proxy applies the new endpoints: not one request may fail.
+load_stop "move to dedicated pods"
 slice_ips="$(kc -n team-b get endpointslice edge-aether -o jsonpath='{.endpoints[*].addresses[0]}')"
 [[ "$slice_ips" == "$pod_ips" ]] || fail "team-b's Service names '$slice_ips' 10 s later, not '$pod_ips'"
 expect "$ip_b" team-b.example.com 200 team-b
