@@ -47,14 +47,24 @@ pub const MAX_REQUEST_ID: usize = 128;
 /// Makes sure `headers` carry exactly one usable `x-request-id` and returns it: the
 /// client's first one if it is 1 to [`MAX_REQUEST_ID`] visible ASCII characters, else
 /// a new random one.
+///
+/// The value returned is marked sensitive, which HTTP/2's HPACK encodes as a literal
+/// never added to the connection's header table (HTTP/1.1 ignores the flag). An ID is
+/// new on every request: indexed, each one took a table entry, evicted a header that
+/// does repeat (`content-type`, `server`, ...), and was first compared with every
+/// earlier ID in the table (h2's encoder walks the entries of one name): about 1.4% of
+/// the core on h2c, for 9 bytes more per answer (benches/RESULTS.md, session 14).
 pub fn ensure_request_id(headers: &mut HeaderMap) -> HeaderValue {
     let mut values = headers.get_all(X_REQUEST_ID).iter();
     if let Some(first) = values.next()
         && usable_request_id(first.as_bytes())
     {
-        let id = first.clone();
+        let mut id = first.clone();
+        id.set_sensitive(true);
         if values.next().is_some() {
             headers.insert(X_REQUEST_ID, id.clone());
+        } else if let Some(kept) = headers.get_mut(X_REQUEST_ID) {
+            kept.set_sensitive(true);
         }
         return id;
     }
@@ -68,8 +78,11 @@ pub(crate) fn usable_request_id(v: &[u8]) -> bool {
 }
 
 /// A random (version 4) UUID: one allocation, shared by every clone of the value.
+/// Sensitive, so HPACK never indexes it (see [`ensure_request_id`]).
 pub fn new_request_id() -> HeaderValue {
-    header_value(new_request_id_bytes())
+    let mut id = header_value(new_request_id_bytes());
+    id.set_sensitive(true);
+    id
 }
 
 /// The same, as text on the stack.
@@ -682,6 +695,20 @@ mod tests {
         h.append(X_REQUEST_ID, HeaderValue::from_static("second"));
         assert_eq!(ensure_request_id(&mut h), "client-id-1");
         assert_eq!(h.get_all(X_REQUEST_ID).iter().count(), 1);
+        // Never indexed by HPACK, whichever way the ID came: one client ID or two,
+        // or a new one, in the request as in what the caller puts in the answer.
+        let mut one = HeaderMap::new();
+        one.insert(X_REQUEST_ID, HeaderValue::from_static("client-id-2"));
+        assert!(ensure_request_id(&mut one).is_sensitive());
+        assert!(one.get(X_REQUEST_ID).is_some_and(HeaderValue::is_sensitive));
+        assert!(h.get(X_REQUEST_ID).is_some_and(HeaderValue::is_sensitive));
+        let mut fresh = HeaderMap::new();
+        assert!(ensure_request_id(&mut fresh).is_sensitive());
+        assert!(
+            fresh
+                .get(X_REQUEST_ID)
+                .is_some_and(HeaderValue::is_sensitive)
+        );
 
         let made = ensure_request_id(&mut HeaderMap::new());
         let s = made.to_str().unwrap_or("");
