@@ -41,12 +41,23 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
         return;
     }
     if headers.contains_key(CONNECTION) {
+        // Nearly always `keep-alive` or `close` (every answer of an nginx backend
+        // says `keep-alive`): tokens that name no header or one removed below anyway
+        // make no `HeaderName` (an allocation for a name outside the standard set)
+        // and leave the list empty (no allocation either).
         let named: Vec<HeaderName> = headers
             .get_all(CONNECTION)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
-            .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
+            .map(str::trim)
+            .filter(|t| {
+                !t.eq_ignore_ascii_case("close")
+                    && !HOP_BY_HOP
+                        .iter()
+                        .any(|h| t.eq_ignore_ascii_case(h.as_str()))
+            })
+            .filter_map(|t| HeaderName::from_bytes(t.as_bytes()).ok())
             .collect();
         for name in named {
             headers.remove(name);
@@ -125,6 +136,21 @@ fn trusted_tail(headers: &HeaderMap, n: usize) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn connection_tokens_in_any_case_take_their_headers() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            CONNECTION,
+            HeaderValue::from_static("Keep-Alive, CLOSE, X-Gone"),
+        );
+        h.insert(KEEP_ALIVE, HeaderValue::from_static("timeout=5"));
+        h.insert("x-gone", HeaderValue::from_static("1"));
+        h.insert("x-kept", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-kept"));
+    }
 
     #[test]
     fn connection_named_and_static_hop_by_hop_headers_go() {
