@@ -2,8 +2,9 @@
 # Kernel work per request, side by side: syscalls, context switches and CPU (user and
 # system) per request of aether-edge, nginx and HAProxy proxying HTTP/1.1 keep-alive
 # to one nginx upstream (SYSCALLS_LOAD=h2: HTTP/2 with prior knowledge, h2load 16
-# connections x 8 streams, to HTTP/1.1 upstreams as in the load benchmark). Counts, unlike req/s, barely move with the machine's load, so
-# this says where the per-request gap is even on a busy machine.
+# connections x 8 streams, to HTTP/1.1 upstreams as in the load benchmark). Counts,
+# unlike req/s, barely move with the machine's load, so this says where the
+# per-request gap is even on a busy machine.
 #
 #   benches/load/syscalls.sh BIN [ROUNDS]
 #
@@ -27,11 +28,13 @@ base=${SYSCALLS_PORT_BASE:-28700}
 up=$base nginx_port=$((base + 1)) haproxy_port=$((base + 2)) aether_port=$((base + 3))
 admin=$((base + 4)) nginx_h2_port=$((base + 5))
 load=${SYSCALLS_LOAD:-keepalive}
+# The nginx port measured: nginx takes h2c on a listener of its own (HAProxy and
+# aether-edge detect the preface).
+nginx_target=$nginx_port
 curl_h2=()
 case $load in
   keepalive) ;;
-  # nginx takes h2c on a listener of its own; HAProxy and aether-edge detect the preface.
-  h2) nginx_port=$nginx_h2_port curl_h2=(--http2-prior-knowledge) ;;
+  h2) nginx_target=$nginx_h2_port curl_h2=(--http2-prior-knowledge) ;;
   *) echo "SYSCALLS_LOAD: keepalive or h2, not $load" >&2; exit 2 ;;
 esac
 
@@ -48,7 +51,7 @@ mkdir -p "$out/tmp" "$out/aether" "$out/nginx-proxy-tmp"
 sed -e "s|@RUN_DIR@|$out|g" -e "s|@UP_PORT@|$up|g" \
   "$here/conf/nginx-upstream-h1.conf" >"$out/upstream.conf"
 # The load benchmark's proxy configurations, with only the HTTP/1.1 listeners.
-sed -e "s|@RUN_DIR@|$out|g" -e "s|@UP_PORT@|$up|g" -e "s|@NGINX_PORT@|$((base + 1))|g" \
+sed -e "s|@RUN_DIR@|$out|g" -e "s|@UP_PORT@|$up|g" -e "s|@NGINX_PORT@|$nginx_port|g" \
   -e "s|@NGINX_H2_PORT@|$nginx_h2_port|g" -e '/@NGINX_TLS_PORT@\|ssl_/d' -e 's|master_process on|master_process off|' \
   "$here/conf/nginx-proxy.conf" >"$out/nginx.conf"
 sed -e "s|@RUN_DIR@|$out|g" -e "s|@UP_PORT@|$up|g" -e "s|@HAPROXY_PORT@|$haproxy_port|g" \
@@ -59,11 +62,12 @@ sed -e "s|@AETHER_PORT@|$aether_port|g" -e "s|@UP_PORT@|$up|g" "$here/conf/aethe
 taskset -c 0 nginx -c "$out/upstream.conf" &
 pids+=($!)
 
-run_load() { # SECONDS OUTPUT (port from the caller)
+run_load() { # PORT SECONDS OUTPUT
+  local url="http://127.0.0.1:$1/bench"
   if [[ $load == h2 ]]; then
-    taskset -c 0 timeout 60 h2load -c16 -m8 -D"$1" "http://127.0.0.1:$port/bench" >"$2"
+    taskset -c 0 timeout 60 h2load -c16 -m8 -D"$2" "$url" >"$3"
   else
-    taskset -c 0 timeout 60 wrk -t1 -c"${SYSCALLS_CONNECTIONS:-64}" -d"$1s" "http://127.0.0.1:$port/bench" >"$2"
+    taskset -c 0 timeout 60 wrk -t1 -c"${SYSCALLS_CONNECTIONS:-64}" -d"$2s" "$url" >"$3"
   fi
 }
 
@@ -79,7 +83,7 @@ measure() { # NAME PORT CMD...
     sleep 0.2
   done
   # Warm: connections open, pools filled.
-  run_load 1 "$out/$name.warm"
+  run_load "$port" 1 "$out/$name.warm"
   local u0 s0 u1 s1
   read -r u0 s0 < <(cpu_ticks "$pid")
   local events=raw_syscalls:sys_enter,context-switches
@@ -92,7 +96,7 @@ measure() { # NAME PORT CMD...
       >/dev/null 2>&1 &
   fi
   sleep 0.3
-  run_load "$dur" "$out/$name.wrk"
+  run_load "$port" "$dur" "$out/$name.wrk"
   wait "$perf" || true
   read -r u1 s1 < <(cpu_ticks "$pid")
   kill "$pid" 2>/dev/null || true
@@ -115,7 +119,7 @@ measure() { # NAME PORT CMD...
 uptime
 for round in $(seq "$rounds"); do
   echo "round $round"
-  [[ $targets == *nginx* ]] && measure nginx "$nginx_port" nginx -c "$out/nginx.conf"
+  [[ $targets == *nginx* ]] && measure nginx "$nginx_target" nginx -c "$out/nginx.conf"
   [[ $targets == *haproxy* ]] && measure haproxy "$haproxy_port" haproxy -db -f "$out/haproxy.cfg"
   [[ $targets == *aether* ]] && measure aether "$aether_port" env RUST_LOG=warn "$bin" run --manifests "$out/aether" \
     --admin "127.0.0.1:$admin" --workers 1 --access-log off
