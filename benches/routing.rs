@@ -125,8 +125,20 @@ fn reconcile_10k(c: &mut Criterion) {
     let settings = settings();
     let mut group = c.benchmark_group("reconcile");
     group.sample_size(10);
+    // The reference function: build everything, then free the memo and the Snapshot.
     group.bench_function("10000_routes", |b| {
         b.iter(|| black_box(reconcile(&store, &settings).snapshot.listeners.len()))
+    });
+    // What the first load pays: a fresh Reconciler builds everything and keeps its
+    // memo; freeing it (a quarter of the above, glibc coalescing 10,000 routes' worth
+    // of chunks) is left outside the timing, as a running edge never pays it.
+    group.bench_function("10000_routes_first_load", |b| {
+        b.iter_with_large_drop(|| {
+            let mut reconciler = Reconciler::standalone(settings.clone());
+            let outcome = reconciler.reconcile(&store);
+            black_box(outcome.snapshot.listeners.len());
+            (reconciler, outcome)
+        })
     });
     group.finish();
 }
