@@ -181,6 +181,26 @@ impl Object {
         }
     }
 
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        match self {
+            Object::GatewayClass(o) => &mut o.metadata,
+            Object::Gateway(o, _) => &mut o.metadata,
+            Object::HttpRoute(o, _) => &mut o.metadata,
+            Object::GrpcRoute(o) => &mut o.metadata,
+            Object::ReferenceGrant(o) => &mut o.metadata,
+            Object::ListenerSet(o) => &mut o.metadata,
+            Object::Secret(o) => &mut o.metadata,
+            Object::ConfigMap(o) => &mut o.metadata,
+            Object::Service(o) => &mut o.metadata,
+            Object::EndpointSlice(o) => &mut o.metadata,
+            Object::Namespace(o) => &mut o.metadata,
+            Object::L4Route(o) => &mut o.metadata,
+            Object::Pod(o) => &mut o.metadata,
+            Object::BackendTlsPolicy(o) => &mut o.metadata,
+            Object::Owned(_, meta) => meta,
+        }
+    }
+
     /// The object's identity, with the namespace defaulted as [`Store::apply`] does.
     pub fn id(&self) -> ObjectId {
         let meta = self.meta();
@@ -280,7 +300,7 @@ impl Store {
     /// Inserts or replaces an object; true unless an equal object was already there.
     /// Namespaced objects without a namespace are put in `default`, so later lookups
     /// never see a missing namespace.
-    pub fn apply(&mut self, object: Object) -> bool {
+    pub fn apply(&mut self, mut object: Object) -> bool {
         /// Stores `value`; true if it differs from what was there.
         fn put<K: Ord + Clone, V: PartialEq + Clone>(
             map: &mut Map<K, V>,
@@ -305,6 +325,7 @@ impl Store {
             }
             ObjectKey::of(meta)
         }
+        crate::compact::drop_bookkeeping(object.meta_mut());
         match object {
             Object::GatewayClass(o) => {
                 let name = o.metadata.name.clone().unwrap_or_default();

@@ -510,7 +510,11 @@ fn start<K: Kind>(api: Api<K>, config: watcher::Config, shared: &Arc<Shared>) {
                     None => shared.update(|s| K::remove(s, o.meta())),
                 },
                 Ok(Event::Init) => relist.clear(),
-                Ok(Event::InitApply(o)) => relist.push(o),
+                Ok(Event::InitApply(mut o)) => {
+                    // The whole list is held until it ends: keep it lean meanwhile.
+                    crate::compact::drop_bookkeeping(o.meta_mut());
+                    relist.push(o);
+                }
                 Ok(Event::InitDone) => {
                     let items = std::mem::take(&mut relist);
                     tracing::debug!(%kind, count = items.len(), "listed");
