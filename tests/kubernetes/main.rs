@@ -24,6 +24,7 @@ mod replicas;
 mod restart;
 mod retry;
 mod routability;
+mod scale_memory;
 mod secrets;
 mod shared;
 
