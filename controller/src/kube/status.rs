@@ -43,9 +43,11 @@ pub struct StatusWriter {
     client: Client,
     shared: Arc<Shared>,
     controller_name: String,
-    /// What we last wrote per object, with the resourceVersion it produced: a watch
-    /// event older than our write must not make us write the same thing again.
-    written: HashMap<(StatusKind, ObjectKey), (u64, Value)>,
+    /// What we last wrote per object (its fingerprint), with the resourceVersion it
+    /// produced: a watch event older than our write must not make us write the same
+    /// thing again. A fingerprint, not the status: every route's written status kept
+    /// as JSON was 3 KiB per route, the writer's largest memory in a cluster.
+    written: HashMap<(StatusKind, ObjectKey), (u64, Fingerprint)>,
     /// Writes failing now, so each is logged once per change of error.
     failures: FailureLog,
     /// Failed writes, each backing off on its own (see `retry_schedule`).
@@ -107,7 +109,7 @@ struct Write {
     kind: StatusKind,
     key: ObjectKey,
     /// The status as compared (our part, transition times stripped).
-    ours: Value,
+    ours: Fingerprint,
     body: Value,
 }
 
@@ -420,6 +422,7 @@ impl StatusWriter {
         if server.map(strip_times).as_ref() == Some(&ours_cmp) {
             return None;
         }
+        let ours_cmp = Fingerprint::of(&ours_cmp);
         if let Some((written_rv, written)) = self.written.get(&(kind, key.clone()))
             && *written == ours_cmp
             && server_rv.is_some_and(|rv| rv < *written_rv)
@@ -511,6 +514,31 @@ impl StatusWriter {
     }
 }
 
+/// A 64-bit hash of a status as JSON. Two different statuses share one with odds of
+/// 2^-64, and then only while the watch lags behind our write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fingerprint(u64);
+
+impl Fingerprint {
+    fn of(status: &Value) -> Self {
+        /// Feeds the serializer's output to the hasher: no string is built.
+        struct Feed(std::hash::DefaultHasher);
+        impl std::io::Write for Feed {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                std::hash::Hasher::write(&mut self.0, bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut feed = Feed(std::hash::DefaultHasher::new());
+        // Writing a Value to a writer that never fails cannot fail.
+        let _ = serde_json::to_writer(&mut feed, status);
+        Fingerprint(std::hash::Hasher::finish(&feed.0))
+    }
+}
+
 pub(super) fn rv(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<u64> {
     meta.resource_version.as_deref()?.parse().ok()
 }
@@ -567,5 +595,22 @@ mod tests {
         let c = json!({"conditions": [{"type": "Accepted", "status": "False", "lastTransitionTime": "2020-01-01T00:00:00Z"}]});
         assert_eq!(strip_times(a.clone()), strip_times(b));
         assert_ne!(strip_times(a), strip_times(c));
+    }
+
+    #[test]
+    fn a_fingerprint_tells_statuses_apart_as_equality_does() {
+        let status = |reason: &str| {
+            json!({"parents": [{"parentRef": {"name": "gw"}, "controllerName": "x",
+                "conditions": [{"type": "Accepted", "status": "True", "reason": reason}]}]})
+        };
+        assert_eq!(
+            Fingerprint::of(&status("Accepted")),
+            Fingerprint::of(&status("Accepted").clone())
+        );
+        assert_ne!(
+            Fingerprint::of(&status("Accepted")),
+            Fingerprint::of(&status("NotAllowedByListeners"))
+        );
+        assert_ne!(Fingerprint::of(&json!({})), Fingerprint::of(&json!([])));
     }
 }
