@@ -126,9 +126,23 @@ impl<'s> BackendResolver<'s> {
             });
         }
         let namespace = r.namespace.unwrap_or(route_namespace);
-        self.referenced.insert(ObjectKey::new(namespace, r.name));
+        // Every route keeps the keys of the Services it resolved: one copy of each key
+        // (the Store's, when it knows the Service) shared by them all, not a copy of
+        // its strings per route.
+        let probe = ObjectKey::new(namespace, r.name);
+        let key = match self.referenced.get(&probe) {
+            Some(known) => known.clone(),
+            None => {
+                let key = match self.store.services.get_key_value(&probe) {
+                    Some((known, _)) => known.clone(),
+                    None => probe,
+                };
+                self.referenced.insert(key.clone());
+                key
+            }
+        };
         if let Some(recording) = &mut self.recording {
-            recording.insert(ObjectKey::new(namespace, r.name));
+            recording.insert(key);
         }
         if namespace != route_namespace
             && !self.store.reference_granted(
