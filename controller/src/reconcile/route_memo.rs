@@ -290,17 +290,21 @@ impl Seen {
     /// The routes whose object or experimental fields differ from what the last run saw
     /// (all of them when `everything`), in order; remembers the Store's maps.
     fn stale(&mut self, store: &Store, everything: bool) -> BTreeSet<RouteId> {
-        let mut stale = BTreeSet::new();
-        let mut note = |grpc: bool, key: &ObjectKey| {
-            stale.insert(RouteId {
-                grpc,
-                key: key.clone(),
-            });
+        let id = |grpc: bool, key: &ObjectKey| RouteId {
+            grpc,
+            key: key.clone(),
         };
+        let mut stale = BTreeSet::new();
         if everything {
-            store.http_routes.keys().for_each(|k| note(false, k));
-            store.grpc_routes.keys().for_each(|k| note(true, k));
+            // Already in order (HTTPRoutes first, each map sorted): collecting builds
+            // the set in one pass, where inserting one by one searched for each.
+            stale = (store.http_routes.keys().map(|k| id(false, k)))
+                .chain(store.grpc_routes.keys().map(|k| id(true, k)))
+                .collect();
         } else {
+            let mut note = |grpc: bool, key: &ObjectKey| {
+                stale.insert(id(grpc, key));
+            };
             for d in self.http.diff(&store.http_routes) {
                 note(false, changed_key(&d));
             }
