@@ -4,7 +4,9 @@
 # native code and needs just a C compiler at build time. The binary is stripped (the
 # release profile keeps line tables for profiling: 4x the size). Without Docker,
 # image/build.sh assembles the same layout from a built binary.
-FROM docker.io/library/rust:1.92-bookworm AS build
+# The toolchain link-order.txt was made with (its symbol names are this rustc's; with
+# another the build works and the code keeps the compiler's own order).
+FROM docker.io/library/rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
 # Recorded as aether_build_info{commit=...} when given:

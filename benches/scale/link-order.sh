@@ -1,0 +1,76 @@
+#!/bin/sh
+# Makes link-order.txt: the functions a run of the edge executes, hottest first, for
+# build.rs to place together in the release executable (see build.rs for why).
+#
+#   benches/scale/link-order.sh            # two builds and two runs, then the list
+#   benches/scale/link-order.sh check BIN  # how many listed functions BIN has (a fresh
+#                                          # list: most; a stale one: few)
+#
+# Needs `rustup component add llvm-tools` (llvm-profdata of rustc's own LLVM), a C
+# compiler, openssl, curl, python3 and unshare. Run it again after a toolchain or
+# Cargo.lock change: the list names symbols, whose hashes change with either. Takes an
+# instrumented and an ordinary release build (about 35 minutes on 2 cores).
+set -eu
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+if [ "${1:-}" = check ]; then
+  bin=${2:?usage: link-order.sh check BIN}
+  listed=$(mktemp)
+  trap 'rm -f "$listed"' EXIT
+  sort -u link-order.txt >"$listed"
+  found=$(nm "$bin" | awk '{print $NF}' | sort -u | comm -12 - "$listed" | wc -l)
+  echo "$bin has $found of the $(wc -l <link-order.txt) functions in link-order.txt"
+  exit 0
+fi
+work=${LINK_ORDER_DIR:-$root/target/link-order}
+profile=${LINK_ORDER_PROFILE:-release}
+sysroot=$(rustc --print sysroot)
+profdata=$(ls "$sysroot"/lib/rustlib/*/bin/llvm-profdata 2>/dev/null | head -n 1)
+[ -x "$profdata" ] || { echo "llvm-profdata not found: rustup component add llvm-tools" >&2; exit 1; }
+
+rm -rf "$work/raw"
+mkdir -p "$work/raw"
+# Instrumented by a wrapper, not RUSTFLAGS: cargo hashes RUSTFLAGS into every crate's
+# symbol names, and the list must name the ordinary build's symbols.
+LINK_ORDER_RAW="$work/raw" RUSTC_WRAPPER="$root/benches/scale/rustc-instrument.sh" \
+  cargo build --locked --profile "$profile" --bin aether-edge --target-dir "$work/target"
+bin="$work/target/$profile/aether-edge"
+[ "$profile" = dev ] && bin="$work/target/debug/aether-edge"
+
+# Two runs of each build: an idle edge (start-up, first load, a scrape, its timers) and
+# a serving one; the list packs what the idle one ran first.
+run() { # MODE BIN [ENV...]: one run of the scenario
+  mode=$1 run_bin=$2
+  shift 2
+  idle=
+  [ "$mode" = idle ] && idle=1
+  env LINK_ORDER_IDLE="$idle" "$@" \
+    unshare -rn sh -c "ip link set lo up && python3 '$root/benches/scale/link_order_run.py' '$run_bin'"
+}
+for mode in idle full; do
+  rm -f "$work"/raw/edge-*.profraw
+  run "$mode" "$bin" LLVM_PROFILE_FILE="$work/raw/edge-%p.profraw"
+  "$profdata" merge -o "$work/$mode.profdata" "$work"/raw/edge-*.profraw
+  "$profdata" show --all-functions --counts "$work/$mode.profdata" >"$work/$mode-functions.txt"
+done
+
+# The same run of an ordinary build, to see the code pages it touches: the profile
+# misses the standard library and names some generic instances differently.
+cargo build --locked --profile "$profile" --bin aether-edge
+built="target/$profile/aether-edge"
+[ "$profile" = dev ] && built=target/debug/aether-edge
+cc -shared -fPIC -O2 -o "$work/random_text.so" benches/scale/random_text.c
+for mode in idle full; do
+  # A fresh copy, dropped from the page cache: pages are read one by one as touched.
+  rm -f "$work/edge"
+  cp "$built" "$work/edge"
+  sync
+  python3 -c 'import os, sys; f = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(f, 0, 0, os.POSIX_FADV_DONTNEED)' "$work/edge"
+  run "$mode" "$work/edge" LD_PRELOAD="$work/random_text.so" LINK_ORDER_TOUCHED="$work/$mode-touched.txt"
+done
+
+python3 benches/scale/link_order_list.py "$work/edge" \
+  "$work/idle-functions.txt" "$work/idle-touched.txt" \
+  "$work/full-functions.txt" "$work/full-touched.txt" >"$work/link-order.txt"
+mv "$work/link-order.txt" link-order.txt
+echo "link-order.txt: $(wc -l <link-order.txt) functions ($profile, $(rustc --version))"
