@@ -139,12 +139,13 @@ def serve_and_change(m, http, tls):
     for i in range(300):
         get(f"{http}/r{i % 100}", f"h{i % 100}.example.com")
         get(f"https://{GW}:8443/r{i % 100}", f"h{i % 100}.example.com", tls)
+    # curl's -o names one URL's output; the rest are dropped by stdout=DEVNULL.
     h2 = ["curl", "-s", "-o", "/dev/null", "--http2-prior-knowledge", "-H", "Host: h1.example.com"]
-    subprocess.run(h2 + [f"{http}/r1"] * 50, timeout=60, check=False)
+    subprocess.run(h2 + [f"{http}/r1"] * 50, timeout=60, check=False, stdout=subprocess.DEVNULL)
     h2tls = ["curl", "-s", "-k", "-o", "/dev/null", "--http2", "--resolve", f"h1.example.com:8443:{GW}"]
-    subprocess.run(h2tls + ["https://h1.example.com:8443/r1"] * 50, timeout=60, check=False)
+    subprocess.run(h2tls + ["https://h1.example.com:8443/r1"] * 50, timeout=60, check=False, stdout=subprocess.DEVNULL)
     post = ["curl", "-s", "-o", "/dev/null", "-H", "Host: h2.example.com", "-d", "x" * 5000]
-    subprocess.run(post + [f"{http}/r2"] * 20, timeout=60, check=False)
+    subprocess.run(post + [f"{http}/r2"] * 20, timeout=60, check=False, stdout=subprocess.DEVNULL)
     for p in ["/metrics", "/status", "/readyz", "/healthz"]:
         get(f"http://{ADMIN}:9901{p}", "a")
     put(os.path.join(m, "more.yaml"), route("extra", "extra.example.com", "/"))
