@@ -14,9 +14,17 @@ out="${CARGO_TARGET_DIR:-$root/target}/k8s"
 # "-stamped": the version is linked in (below); an earlier unstamped build is not reused.
 bin="$out/kube-apiserver-$version-stamped"
 
+mkdir -p "$out"
 if ! command -v etcd >/dev/null 2>&1; then
-  echo "installing etcd-server" >&2
-  (apt-get update -q && apt-get install -y -q --no-install-recommends etcd-server) >&2
+  # Under a lock: the test binary's tests all call this at once, and concurrent
+  # apt-gets fail on dpkg's lock (four tests failed so on a machine without etcd).
+  (
+    flock 8
+    if ! command -v etcd >/dev/null 2>&1; then
+      echo "installing etcd-server" >&2
+      (apt-get update -q && apt-get install -y -q --no-install-recommends etcd-server) >&2
+    fi
+  ) 8>"$out/.etcd.lock"
 fi
 
 if [ ! -x "$bin" ]; then
@@ -24,7 +32,6 @@ if [ ! -x "$bin" ]; then
     echo "no Go toolchain: cannot build kube-apiserver $version" >&2
     exit 3
   fi
-  mkdir -p "$out"
   echo "building kube-apiserver $version into $bin (first time: several minutes)" >&2
   start=$(date +%s)
   # A lock, so parallel test binaries build it once.
