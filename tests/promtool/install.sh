@@ -16,9 +16,10 @@ if ! command -v promtool >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
   # Only the package's own files: the Prometheus server's dependencies (node exporter,
   # web assets) are recommends. In a container policy-rc.d keeps its service stopped.
-  if ! apt-get install -y -q --no-install-recommends prometheus >&2; then
-    apt-get update -q >&2
-    apt-get install -y -q --no-install-recommends prometheus >&2
+  # apt-gets serialised: tests run at once, and dpkg's lock fails the loser.
+  if ! flock /tmp/aether-apt.lock apt-get install -y -q --no-install-recommends prometheus >&2; then
+    flock /tmp/aether-apt.lock apt-get update -q >&2
+    flock /tmp/aether-apt.lock apt-get install -y -q --no-install-recommends prometheus >&2
   fi
 fi
 command -v promtool
