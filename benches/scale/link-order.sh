@@ -9,7 +9,7 @@
 # Needs `rustup component add llvm-tools` (llvm-profdata of rustc's own LLVM), a C
 # compiler, openssl, curl, python3 and unshare. Run it again after a toolchain or
 # Cargo.lock change: the list names symbols, whose hashes change with either. Takes an
-# instrumented and an ordinary release build (about 35 minutes on 2 cores).
+# instrumented and an ordinary release build (about 40 minutes on 2 cores).
 set -eu
 cd "$(dirname "$0")/../.."
 root=$(pwd)
