@@ -16,6 +16,10 @@ use crate::routing::RuleAction;
 use crate::snapshot::Listener;
 use crate::trace::{TRACEPARENT, X_REQUEST_ID};
 
+/// The longest relayed head a returned box keeps for reuse (typical heads are 100-300
+/// bytes).
+pub(super) const HEAD_KEPT: usize = 512;
+
 /// One HTTP request's line.
 pub struct HttpRecord {
     pub(super) log: &'static AccessLog,
@@ -51,6 +55,12 @@ pub struct HttpRecord {
     pub(super) complete: bool,
     /// Where the writer returns the record once formatted (see `recycle`).
     pub(super) home: Option<super::recycle::Home>,
+    /// The relay's copy of the head, which the fields above share. [`Self::clear`]
+    /// keeps it, so the buffer goes back with the box and the worker's next relayed
+    /// record reuses it: freed on the writer thread, every record's buffer left the
+    /// worker's tcache for good and the worker paid `_int_malloc` for the next one
+    /// (1.3% of its core at 41-51k req/s, keep-alive, log on).
+    pub(super) head: bytes::Bytes,
 }
 
 /// Starts a record for `req` when access logging is on and samples this request.
@@ -90,6 +100,7 @@ pub fn begin_http<B: hyper::body::Body>(
         retries: 0,
         complete: false,
         home: None,
+        head: bytes::Bytes::new(),
     }))
 }
 
@@ -119,7 +130,15 @@ impl HttpRecord {
             r.request_id,
             r.traceparent.unwrap_or_default(),
         ];
-        let mut buf = bytes::BytesMut::with_capacity(fields.iter().map(|f| f.len()).sum());
+        // The returned box's buffer, once the writer has dropped every field sharing
+        // it: steady state allocates nothing here.
+        let mut spare = super::recycle::take_spare();
+        let mut buf = spare
+            .as_mut()
+            .and_then(|b| std::mem::take(&mut b.head).try_into_mut().ok())
+            .unwrap_or_default();
+        buf.clear();
+        buf.reserve(fields.iter().map(|f| f.len()).sum());
         let mut ends = [0usize; 5];
         for (end, f) in ends.iter_mut().zip(fields) {
             buf.extend_from_slice(f);
@@ -133,7 +152,7 @@ impl HttpRecord {
                 .then(|| HeaderValue::from_maybe_shared(f).ok())
                 .flatten()
         };
-        Some(super::recycle::boxed(HttpRecord {
+        let record = HttpRecord {
             log,
             time: SystemTime::now(),
             started: r.started,
@@ -157,7 +176,9 @@ impl HttpRecord {
             retries: 0,
             complete: false,
             home: None,
-        }))
+            head: buf,
+        };
+        Some(super::recycle::place(spare, record))
     }
 
     /// Drops what the record holds of its request (clones sharing the request's
@@ -171,6 +192,10 @@ impl HttpRecord {
         self.request_id = None;
         self.traceparent = None;
         self.request_bytes = None;
+        // Up to 2,048 boxes wait per worker: an outsized head (a long URL) is not kept.
+        if self.head.len() > HEAD_KEPT {
+            self.head = bytes::Bytes::new();
+        }
     }
 
     /// Ends a relayed request's record: `sent` body bytes, all of them or not.

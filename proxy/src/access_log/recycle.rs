@@ -34,14 +34,22 @@ thread_local! {
 }
 
 /// `record` boxed, in a returned box when one is waiting; its home is this thread.
-pub(super) fn boxed(mut record: HttpRecord) -> Box<HttpRecord> {
-    let spare = SPARES_HERE
-        .try_with(|s| {
-            record.home = Some(s.home);
-            s.rx.try_recv().ok()
-        })
+pub(super) fn boxed(record: HttpRecord) -> Box<HttpRecord> {
+    place(take_spare(), record)
+}
+
+/// A returned box of this thread's, if one is waiting: for a caller that reuses what
+/// the box kept (the relay's head buffer) before [`place`] fills it.
+pub(super) fn take_spare() -> Option<Box<HttpRecord>> {
+    SPARES_HERE
+        .try_with(|s| s.rx.try_recv().ok())
         .ok()
-        .flatten();
+        .flatten()
+}
+
+/// `record` in `spare` (or a new box); its home is this thread.
+pub(super) fn place(spare: Option<Box<HttpRecord>>, mut record: HttpRecord) -> Box<HttpRecord> {
+    record.home = SPARES_HERE.try_with(|s| s.home).ok();
     match spare {
         Some(mut b) => {
             *b = record;

@@ -240,3 +240,46 @@ async fn formatted_records_come_back_to_their_thread_emptied() {
     assert_eq!(std::ptr::from_ref::<HttpRecord>(&second) as usize, first_at);
     assert_eq!(second.uri.path(), "/second");
 }
+
+/// A relayed record's head buffer comes back with its box, and the next relayed record
+/// of that thread reuses it with its own fields; an outsized head is not kept.
+#[tokio::test]
+async fn relayed_records_reuse_their_head_buffer() {
+    let (log, sink) = start(Format::Text, "1xx,2xx,3xx,4xx,5xx");
+    fn relayed(target: &str) -> Relayed<'_> {
+        Relayed {
+            started: Instant::now(),
+            client: "127.0.0.9".parse().unwrap(),
+            method: http::Method::GET,
+            target,
+            host: "a.example.com",
+            user_agent: Some(b"ua"),
+            request_id: b"req-1",
+            traceparent: None,
+        }
+    }
+    let logged = |target: &str| {
+        let mut record = HttpRecord::relayed(Some(log), &relayed(target)).unwrap();
+        record.set_answer(200, None);
+        let buffer = record.head.as_ptr() as usize;
+        log.http(record);
+        assert!(lines(log, &sink).contains(&format!("path={target}")));
+        buffer
+    };
+    let first = logged("/first");
+    let again = HttpRecord::relayed(Some(log), &relayed("/again")).unwrap();
+    assert_eq!(
+        again.head.as_ptr() as usize,
+        first,
+        "the head buffer was reused"
+    );
+    assert_eq!(again.uri.path(), "/again");
+    assert_eq!(again.host.as_ref().unwrap(), "a.example.com");
+    assert_eq!(again.request_id.as_ref().unwrap(), "req-1");
+    drop(again);
+
+    let long = format!("/{}", "x".repeat(super::record::HEAD_KEPT));
+    logged(&long);
+    let spare = super::recycle::take_spare().expect("the box came back");
+    assert!(spare.head.is_empty(), "an outsized head was kept");
+}
