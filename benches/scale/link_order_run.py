@@ -17,6 +17,9 @@ import time
 import urllib.error
 import urllib.request
 
+# The scale benchmark's route shape and atomic write, not copies of them.
+from measure import route, write_atomically as put
+
 NET = "127.66.2"
 GW, BACK, ADMIN = f"{NET}.5", f"{NET}.251", f"{NET}.250"
 
@@ -52,20 +55,6 @@ endpoints: [{{addresses: ["{BACK}"]}}]
 """
 
 
-def route(name, host, path):
-    return f"""---
-apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {{name: {name}, namespace: default}}
-spec:
-  parentRefs: [{{name: edge}}]
-  hostnames: ["{host}"]
-  rules:
-  - matches: [{{path: {{type: PathPrefix, value: "{path}"}}}}]
-    backendRefs: [{{name: svc, port: 80}}]
-"""
-
-
 def secret(d):
     key, crt = os.path.join(d, "k.pem"), os.path.join(d, "c.pem")
     subprocess.run(
@@ -83,12 +72,6 @@ stringData:
   tls.crt: |
 {indent(crt)}  tls.key: |
 {indent(key)}"""
-
-
-def put(path, text):
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-    os.rename(path + ".tmp", path)
 
 
 def get(url, host, context=None):
