@@ -90,6 +90,60 @@ impl ObjectKey {
     }
 }
 
+/// A key's two strings, borrowed: maps keyed by [`ObjectKey`] are searched with
+/// `&(namespace, name) as &dyn KeyParts` without building (allocating) a key, and the
+/// key found can be cloned for its shared strings. Ordered, compared and hashed as
+/// `ObjectKey` is, as `Borrow` requires.
+pub trait KeyParts {
+    fn parts(&self) -> (&str, &str);
+}
+
+impl KeyParts for ObjectKey {
+    fn parts(&self) -> (&str, &str) {
+        (&self.namespace, &self.name)
+    }
+}
+
+impl KeyParts for (&str, &str) {
+    fn parts(&self) -> (&str, &str) {
+        (self.0, self.1)
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn KeyParts + 'a> for ObjectKey {
+    fn borrow(&self) -> &(dyn KeyParts + 'a) {
+        self
+    }
+}
+
+impl PartialEq for dyn KeyParts + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.parts() == other.parts()
+    }
+}
+
+impl Eq for dyn KeyParts + '_ {}
+
+impl Ord for dyn KeyParts + '_ {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.parts().cmp(&other.parts())
+    }
+}
+
+impl PartialOrd for dyn KeyParts + '_ {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::hash::Hash for dyn KeyParts + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let (namespace, name) = self.parts();
+        namespace.hash(state);
+        name.hash(state);
+    }
+}
+
 impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}/{}", self.namespace, self.name)
@@ -286,6 +340,10 @@ pub struct Store {
     /// it (Kubernetes mode: set by the Service applier, not by a watch; see
     /// `kube::apply_errors`). The reconcile reports it in the Gateway's status.
     pub apply_failures: Map<ObjectKey, String>,
+    /// Every namespace an object's key has named, once: keys share their namespace's
+    /// string, so two keys in one namespace compare it by pointer (the reconciler's
+    /// maps compare keys millions of times in a first load) and it is stored once.
+    namespace_names: imbl::OrdSet<Arc<str>>,
 }
 
 impl Store {
@@ -319,12 +377,21 @@ impl Store {
                 }
             }
         }
-        fn defaulted(meta: &mut ObjectMeta) -> ObjectKey {
-            if meta.namespace.is_none() {
-                meta.namespace = Some(DEFAULT_NAMESPACE.to_owned());
-            }
-            ObjectKey::of(meta)
-        }
+        let names = &mut self.namespace_names;
+        let mut defaulted = |meta: &mut ObjectMeta| -> ObjectKey {
+            let namespace = meta
+                .namespace
+                .get_or_insert_with(|| DEFAULT_NAMESPACE.to_owned());
+            let namespace = match names.get(namespace.as_str()) {
+                Some(known) => Arc::clone(known),
+                None => {
+                    let new: Arc<str> = namespace.as_str().into();
+                    names.insert(Arc::clone(&new));
+                    new
+                }
+            };
+            ObjectKey::new(namespace, meta.name.as_deref().unwrap_or_default())
+        };
         crate::compact::drop_bookkeeping(object.meta_mut());
         match object {
             Object::GatewayClass(o) => {

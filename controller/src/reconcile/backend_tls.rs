@@ -251,8 +251,8 @@ impl PolicyIndex {
             }
             let parents: Vec<ObjectKey> = parents
                 .iter()
-                .filter_map(|p| super::parent::parent_target(sets, p, ns).map(|t| t.gateway))
-                .filter(|g| gateways.contains_key(g))
+                .filter_map(|p| super::parent::parent_target(sets, p, ns, gateways))
+                .map(|t| t.gateway)
                 .collect();
             for svc in services {
                 behind

@@ -19,7 +19,8 @@ use super::gateway::GatewayModel;
 use super::hostname;
 use super::listenerset::ListenerSets;
 use super::parent::{ParentTarget, parent_target};
-use super::route::{RouteAttachment, parent_status, refs_condition};
+use super::route::{RouteAttachment, refs_condition};
+use super::route_status::parent_status;
 use crate::l4route::{L4Kind, L4Route};
 use crate::status::ObjectStatus;
 use crate::store::{ObjectKey, Store};
@@ -100,7 +101,7 @@ pub fn attach(
     for (index, (model, route)) in routes.iter().enumerate() {
         let mut parents = Vec::new();
         for parent in route.spec.parent_refs.iter().flatten() {
-            let Some(target) = parent_target(sets, parent, &model.key.namespace) else {
+            let Some(target) = parent_target(sets, parent, &model.key.namespace, gateways) else {
                 continue;
             };
             let Some(gateway) = gateways.get_mut(&target.gateway) else {

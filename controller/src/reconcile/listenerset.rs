@@ -21,7 +21,7 @@ use super::address::AddressError;
 use super::conditions as cond;
 use super::gateway::{GATEWAY_GROUP, GatewayModel, ListenerModel, selector_matches};
 use crate::status::ObjectStatus;
-use crate::store::{ObjectKey, Store};
+use crate::store::{KeyParts, ObjectKey, Store};
 
 /// A ListenerSet a Gateway takes, with its listeners in the Gateway's listener type
 /// (the two share one schema).
@@ -58,8 +58,9 @@ impl ListenerSets {
 
     /// The Gateway a ListenerSet parentRef resolves to, if the set exists and names
     /// one of our Gateways (taken or not).
-    pub fn parent_of(&self, set: &ObjectKey) -> Option<&ObjectKey> {
-        self.judged.get(set).map(|j| &j.gateway)
+    /// Returns the set's key as stored (to clone its shared strings) and the Gateway's.
+    pub fn parent_of(&self, set: &dyn KeyParts) -> Option<(&ObjectKey, &ObjectKey)> {
+        self.judged.get_key_value(set).map(|(k, j)| (k, &j.gateway))
     }
 }
 

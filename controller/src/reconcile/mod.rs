@@ -27,6 +27,7 @@ mod retry;
 pub mod routability;
 mod route;
 mod route_memo;
+mod route_status;
 pub mod services;
 mod shared;
 mod translate;

@@ -2,11 +2,13 @@
 //! selects, or a ListenerSet (GEP-1713), whose listeners it selects on the parent
 //! Gateway.
 
+use std::collections::BTreeMap;
+
 use gateway_api::httproutes::HttpRouteParentRefs;
 
 use super::gateway::{GATEWAY_GROUP, GatewayModel, ListenerModel};
 use super::listenerset::ListenerSets;
-use crate::store::ObjectKey;
+use crate::store::{KeyParts, ObjectKey};
 
 /// What a parentRef names: a Gateway, or a ListenerSet of one of our Gateways.
 pub(super) struct ParentTarget {
@@ -23,6 +25,15 @@ impl ParentTarget {
         l.set == self.set
     }
 
+    /// The parent a status entry names: the ListenerSet if one was named, else the
+    /// Gateway.
+    pub fn reported(&self) -> (&'static str, &ObjectKey) {
+        match &self.set {
+            Some(set) => ("ListenerSet", set),
+            None => ("Gateway", &self.gateway),
+        }
+    }
+
     /// Why a parentRef selects no listener: its sectionName or port, or a ListenerSet
     /// its Gateway did not take.
     pub fn no_listener_message(&self, gateway: &GatewayModel<'_>) -> String {
@@ -36,29 +47,34 @@ impl ParentTarget {
     }
 }
 
-/// The Gateway or ListenerSet a parentRef names, or None for parents of other kinds or
-/// ListenerSets of Gateways not ours (which other controllers may own). The same for
-/// every route kind.
-pub(super) fn parent_target(
+/// The Gateway or ListenerSet a parentRef names, or None for parents of other kinds,
+/// ListenerSets of Gateways not ours (which other controllers may own), and Gateways
+/// not in `gateways`. The same for every route kind. Its keys are clones of the keys
+/// found (shared strings): nothing is allocated per parentRef.
+pub(super) fn parent_target<V>(
     sets: &ListenerSets,
     parent: &HttpRouteParentRefs,
     route_ns: &str,
+    gateways: &BTreeMap<ObjectKey, V>,
 ) -> Option<ParentTarget> {
     let group = parent.group.as_deref().unwrap_or(GATEWAY_GROUP);
     let kind = parent.kind.as_deref().unwrap_or("Gateway");
-    let key = ObjectKey::new(
+    let named = (
         parent.namespace.as_deref().unwrap_or(route_ns),
         parent.name.as_str(),
     );
-    match (group == GATEWAY_GROUP, kind) {
-        (true, "Gateway") => Some(ParentTarget {
-            gateway: key,
-            set: None,
-        }),
-        (true, "ListenerSet") => Some(ParentTarget {
-            gateway: sets.parent_of(&key)?.clone(),
-            set: Some(key),
-        }),
-        _ => None,
-    }
+    let named: &dyn KeyParts = &named;
+    let (gateway, set) = match (group == GATEWAY_GROUP, kind) {
+        (true, "Gateway") => (named, None),
+        (true, "ListenerSet") => {
+            let (set, gateway) = sets.parent_of(named)?;
+            (gateway as &dyn KeyParts, Some(set.clone()))
+        }
+        _ => return None,
+    };
+    let (gateway, _) = gateways.get_key_value(gateway)?;
+    Some(ParentTarget {
+        gateway: gateway.clone(),
+        set,
+    })
 }

@@ -11,7 +11,6 @@ use gateway_api::httproutes::{
     HttpRoute, HttpRouteParentRefs, HttpRouteRulesMatches, HttpRouteRulesMatchesHeadersType,
     HttpRouteRulesMatchesMethod, HttpRouteRulesMatchesPathType,
     HttpRouteRulesMatchesQueryParamsType, HttpRouteRulesTimeouts, HttpRouteStatus,
-    HttpRouteStatusParents, HttpRouteStatusParentsParentRef,
 };
 use http::{HeaderName, Method};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -20,12 +19,13 @@ use regex::Regex;
 use aether_proxy::filters::Filters;
 
 use super::backend::{BackendRefSpec, BackendResolver, RefProblem};
-use super::conditions as cond;
+use super::conditions::Decided;
 use super::filters;
-use super::gateway::{GATEWAY_GROUP, GatewayModel};
+use super::gateway::GatewayModel;
 use super::hostname;
 use super::listenerset::ListenerSets;
 use super::parent::{ParentTarget, parent_target};
+use super::route_status::{ParentDecision, SharedStatuses, refs_decided};
 use crate::route_ext::HttpRouteExt;
 use crate::store::{ObjectKey, Store};
 
@@ -325,19 +325,22 @@ pub struct Attached {
 }
 
 /// Decides where one route attaches. Reads the listeners only, so routes can be
-/// attached in any order and a route's decision reused while its inputs stand.
-pub fn attach_route(
+/// attached in any order and a route's decision reused while its inputs stand. Its
+/// status is one of `shared` when an equal one is kept there.
+pub(super) fn attach_route(
     store: &Store,
     sets: &ListenerSets,
     controller_name: &str,
     model: &RouteModel,
     route: &HttpRoute,
     gateways: &BTreeMap<ObjectKey, GatewayModel<'_>>,
+    shared: &mut SharedStatuses,
 ) -> Attached {
     let mut parents = Vec::with_capacity(route.spec.parent_refs.as_ref().map_or(0, Vec::len));
     let mut placements = Vec::new();
+    let generation = model.generation;
     for parent in route.spec.parent_refs.iter().flatten() {
-        let Some(target) = parent_target(sets, parent, &model.key.namespace) else {
+        let Some(target) = parent_target(sets, parent, &model.key.namespace, gateways) else {
             continue;
         };
         let Some(gateway) = gateways.get(&target.gateway) else {
@@ -352,16 +355,22 @@ pub fn attach_route(
             gateway,
             &mut placements,
         );
-        let mut conditions = vec![accepted, refs_condition(model.generation, &model.refs)];
-        if let Some((why, false)) = model.rule_problem() {
-            conditions.push(cond::partially_invalid(model.generation, why));
-        }
-        parents.push(parent_status(controller_name, parent, &target, conditions));
+        let partially_invalid = match model.rule_problem() {
+            Some((why, false)) => Some(Decided::partially_invalid(generation, why)),
+            _ => None,
+        };
+        parents.push(ParentDecision {
+            parent,
+            target,
+            accepted,
+            refs: refs_decided(generation, &model.refs),
+            partially_invalid,
+        });
     }
     // Kept while the decision stands; pushes reserved room for four.
     placements.shrink_to_fit();
     Attached {
-        status: Arc::new(HttpRouteStatus { parents }),
+        status: shared.share(&parents, controller_name),
         placements,
     }
 }
@@ -407,126 +416,76 @@ fn isolated(
 
 /// ResolvedRefs from a route's first backendRef problem.
 pub(super) fn refs_condition(generation: i64, refs: &Result<(), RefProblem>) -> Condition {
-    match refs {
-        Ok(()) => cond::resolved_refs(generation),
-        Err(p) => cond::unresolved_refs(generation, p.reason, p.message.clone()),
-    }
-}
-
-/// One `status.parents` entry for a Gateway or ListenerSet parent, with the
-/// parentRef's defaults filled in as the API server's CRD defaulting would, so the
-/// status reads the same in standalone and Kubernetes mode.
-pub(super) fn parent_status(
-    controller_name: &str,
-    parent: &HttpRouteParentRefs,
-    target: &ParentTarget,
-    conditions: Vec<Condition>,
-) -> HttpRouteStatusParents {
-    let (kind, key) = match &target.set {
-        Some(set) => ("ListenerSet", set),
-        None => ("Gateway", &target.gateway),
-    };
-    HttpRouteStatusParents {
-        conditions,
-        controller_name: controller_name.to_owned(),
-        parent_ref: HttpRouteStatusParentsParentRef {
-            group: Some(GATEWAY_GROUP.to_owned()),
-            kind: Some(kind.to_owned()),
-            name: parent.name.clone(),
-            namespace: Some(key.namespace.to_string()),
-            port: parent.port,
-            section_name: parent.section_name.clone(),
-        },
-    }
+    refs_decided(generation, refs).build()
 }
 
 /// Attaches `route` to the listeners of `gateway` that `parent` selects and allow it;
 /// returns the parent's Accepted condition.
-fn attach_one(
+fn attach_one<'a>(
     store: &Store,
-    model: &RouteModel,
+    model: &'a RouteModel,
     route: &HttpRoute,
     parent: &HttpRouteParentRefs,
     target: &ParentTarget,
     gateway: &GatewayModel<'_>,
     placements: &mut Vec<Placement>,
-) -> Condition {
+) -> Decided<'a> {
+    use super::conditions::Message::{Owned, Text};
     let generation = model.generation;
     if let Some((why, true)) = model.rule_problem() {
-        return cond::not_accepted(generation, "UnsupportedValue", why.to_owned());
+        return Decided::not_accepted(generation, "UnsupportedValue", Text(why));
     }
-    let selected: Vec<usize> = gateway
-        .listeners
-        .iter()
-        .enumerate()
-        .filter(|(_, l)| target.has(l))
-        .filter(|(_, l)| {
-            parent
-                .section_name
-                .as_ref()
-                .is_none_or(|s| *s == l.spec.name)
-        })
-        .filter(|(_, l)| parent.port.is_none_or(|p| p == l.spec.port))
-        .map(|(i, _)| i)
-        .collect();
-    if selected.is_empty() {
-        return cond::not_accepted(
-            generation,
-            "NoMatchingParent",
-            target.no_listener_message(gateway),
-        );
+    // Each step filters the last one lazily: a parentRef usually selects one listener,
+    // and collecting each step allocated three lists per route.
+    let selected = || {
+        let listeners = gateway.listeners.iter().enumerate();
+        listeners
+            .filter(|(_, l)| target.has(l))
+            .filter(|(_, l)| {
+                parent
+                    .section_name
+                    .as_ref()
+                    .is_none_or(|s| *s == l.spec.name)
+            })
+            .filter(|(_, l)| parent.port.is_none_or(|p| p == l.spec.port))
+    };
+    if selected().next().is_none() {
+        let message = Owned(target.no_listener_message(gateway));
+        return Decided::not_accepted(generation, "NoMatchingParent", message);
     }
     let gw_ns = &*gateway.key.namespace;
-    let allowed: Vec<usize> = selected
-        .into_iter()
-        .filter(|&i| gateway.listeners[i].allows(store, gw_ns, &model.key.namespace, model.kind))
-        .collect();
-    if allowed.is_empty() {
-        return cond::not_accepted(
-            generation,
-            "NotAllowedByListeners",
-            "the listeners' allowedRoutes do not admit this route",
-        );
+    let allowed =
+        || selected().filter(|(_, l)| l.allows(store, gw_ns, &model.key.namespace, model.kind));
+    if allowed().next().is_none() {
+        let message = Text("the listeners' allowedRoutes do not admit this route");
+        return Decided::not_accepted(generation, "NotAllowedByListeners", message);
     }
     // A conflicted or invalid listener keeps its own conditions and takes no routes;
     // one only missing its certificate takes them (counted, not served).
-    let allowed: Vec<usize> = allowed
-        .into_iter()
-        .filter(|&i| gateway.listeners[i].attachable())
-        .collect();
-    if allowed.is_empty() {
-        return cond::not_accepted(
-            generation,
-            "NoMatchingParent",
+    let attachable = || allowed().filter(|(_, l)| l.attachable());
+    if attachable().next().is_none() {
+        let message = Text(
             "the listeners this parentRef selects are not valid; see the Gateway's listener conditions",
         );
+        return Decided::not_accepted(generation, "NoMatchingParent", message);
     }
     let route_hosts = route.spec.hostnames.as_deref().unwrap_or_default();
     let mut attached = 0;
-    for i in allowed {
-        let listener = &gateway.listeners[i];
+    for (i, listener) in attachable() {
+        // Lower-case, as virtual hosts are keyed.
         if let Some(hostnames) = hostname::effective(listener.spec.hostname.as_deref(), route_hosts)
         {
-            // Virtual hosts are keyed by the lower-case name.
-            let hostnames = hostnames
-                .into_iter()
-                .map(|h| h.map(|h| h.to_ascii_lowercase()))
-                .collect();
-            let hostnames = isolated(gateway, i, hostnames).into();
             placements.push(Placement {
                 gateway: gateway.key.clone(),
                 listener: i,
-                hostnames,
+                hostnames: isolated(gateway, i, hostnames).into(),
             });
             attached += 1;
         }
     }
     if attached == 0 {
-        return cond::not_accepted(
-            generation,
-            "NoMatchingListenerHostname",
-            "no listener hostname intersects the route's hostnames",
-        );
+        let message = Text("no listener hostname intersects the route's hostnames");
+        return Decided::not_accepted(generation, "NoMatchingListenerHostname", message);
     }
-    cond::accepted(generation, model.kind)
+    Decided::accepted(generation, model.kind)
 }

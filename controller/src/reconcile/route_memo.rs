@@ -3,15 +3,16 @@
 //! has attached. A run compiles and attaches only the routes that are new or stale, and
 //! names them (see [`RouteMemo::changed`]) so translation rebuilds only what they feed.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use gateway_api::httproutes::{HttpRoute, HttpRouteStatus};
+use gateway_api::httproutes::HttpRoute;
 use imbl::ordmap::DiffItem;
 
 use super::backend::BackendResolver;
 use super::incremental::{Changes, Redone};
 use super::route::{Attached, RouteModel};
+use super::route_status::SharedStatuses;
 use super::translate::RouteActions;
 use crate::route_ext::HttpRouteExt;
 use crate::status::{ObjectStatus, RouteStatuses};
@@ -224,15 +225,15 @@ impl Attach<'_, '_, '_> {
             return;
         }
         self.redone.attached += 1;
-        let mut attached = super::route::attach_route(
+        let attached = super::route::attach_route(
             self.store,
             self.side.sets,
             self.side.controller_name,
             &c.model,
             &c.object,
             self.side.gateways,
+            self.shared,
         );
-        attached.status = self.shared.share(attached.status);
         // Actions for a Gateway the route no longer serves on are not needed.
         c.actions
             .retain(|gw| attached.placements.iter().any(|p| p.gateway == *gw));
@@ -244,31 +245,6 @@ impl Attach<'_, '_, '_> {
                 .or_default() += 1;
         }
         c.attached = Some(attached);
-    }
-}
-
-/// Statuses recently reported, to share. A status names no route: routes attached
-/// alike (same parents, accepted, references resolved, same generation) report equal
-/// ones, and 5,000 copies of one status were 2 MiB of the reconciler's memo (and as
-/// much again in the publisher's stamped copy, which shares when its input does). The
-/// last few distinct ones catch runs of alike routes at a few comparisons per attach;
-/// holding them keeps at most that many statuses alive after their routes go.
-#[derive(Default)]
-struct SharedStatuses(VecDeque<Arc<HttpRouteStatus>>);
-
-impl SharedStatuses {
-    const KEPT: usize = 8;
-
-    /// An equal status already shared, or `status`, now kept for the next routes.
-    fn share(&mut self, status: Arc<HttpRouteStatus>) -> Arc<HttpRouteStatus> {
-        if let Some(same) = self.0.iter().find(|s| **s == status) {
-            return Arc::clone(same);
-        }
-        if self.0.len() == Self::KEPT {
-            self.0.pop_back();
-        }
-        self.0.push_front(Arc::clone(&status));
-        status
     }
 }
 

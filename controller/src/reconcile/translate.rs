@@ -1,5 +1,6 @@
 //! Translation of the validated model into the proxy's Snapshot.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -183,7 +184,7 @@ impl TranslateMemo {
             {
                 h.contributions.retain(|c| c.order.2 != *id);
             }
-            mark(dirty, addr, host);
+            mark(dirty, addr, &host);
         }
     }
 
@@ -200,6 +201,9 @@ impl TranslateMemo {
         let Some(attached) = attached else {
             return;
         };
+        // Sized exactly (kept as long as the route): usually one pair.
+        let hosts = attached.placements.iter().map(|p| p.hostnames.len()).sum();
+        let mut placed = Vec::with_capacity(hosts);
         for p in &attached.placements {
             let Some((addr, gateway, client)) = listeners
                 .get(&p.gateway)
@@ -226,24 +230,28 @@ impl TranslateMemo {
                         actions: Arc::clone(&acts),
                     },
                 );
-                self.placed
-                    .entry(id.clone())
-                    .or_default()
-                    .push((*addr, host.into()));
-                mark(dirty, *addr, host.into());
+                placed.push((*addr, host.into()));
+                mark(dirty, *addr, host);
             }
         }
-        // Kept as long as the route, usually one pair: pushes reserved four.
-        if let Some(placed) = self.placed.get_mut(id) {
-            placed.shrink_to_fit();
+        if !placed.is_empty() {
+            match self.placed.entry(id.clone()) {
+                Entry::Occupied(mut e) => e.get_mut().extend(placed),
+                Entry::Vacant(e) => {
+                    e.insert(placed);
+                }
+            }
         }
     }
 }
 
-/// Marks `host` of socket `addr` to be built again (a no-op when all of it will be).
-fn mark(dirty: &mut Dirty, addr: SocketAddr, host: Box<str>) {
-    if let Some(set) = dirty.entry(addr).or_insert_with(|| Some(HashSet::new())) {
-        set.insert(host);
+/// Marks `host` of socket `addr` to be built again (a no-op when all of it will be,
+/// as on a first load: copying the name only to drop it was an allocation per route).
+fn mark(dirty: &mut Dirty, addr: SocketAddr, host: &str) {
+    if let Some(set) = dirty.entry(addr).or_insert_with(|| Some(HashSet::new()))
+        && !set.contains(host)
+    {
+        set.insert(host.into());
     }
 }
 
