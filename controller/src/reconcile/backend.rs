@@ -9,7 +9,7 @@ use aether_proxy::backend_tls::Alpn;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::backend_tls::PolicyIndex;
-use crate::store::{ObjectKey, Store};
+use crate::store::{KeyParts, ObjectKey, Store};
 
 const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 /// `aether.io/mesh: disabled` on a Service: reach it directly even in mesh mode.
@@ -37,8 +37,10 @@ pub struct BackendResolver<'s> {
     /// Every Service a backendRef named, resolvable or not: their EndpointSlices are
     /// what this reconcile depends on (see `Outcome::endpoint_interest`).
     referenced: BTreeSet<ObjectKey>,
-    /// The Services named since [`BackendResolver::record`]: what one route depends on.
-    recording: Option<BTreeSet<ObjectKey>>,
+    /// The Services named since [`BackendResolver::record`], while `recording`: what
+    /// one route depends on.
+    recording: bool,
+    recorded: Vec<ObjectKey>,
 }
 
 /// The fields of a backendRef, whatever route kind it came from.
@@ -60,7 +62,8 @@ impl<'s> BackendResolver<'s> {
             cache,
             policies: PolicyIndex::new(store),
             referenced: BTreeSet::new(),
-            recording: None,
+            recording: false,
+            recorded: Vec::new(),
         }
     }
 
@@ -71,12 +74,19 @@ impl<'s> BackendResolver<'s> {
 
     /// Starts recording the Services resolved from here on.
     pub fn record(&mut self) {
-        self.recording = Some(BTreeSet::new());
+        self.recording = true;
+        self.recorded.clear();
     }
 
-    /// The Services resolved since [`BackendResolver::record`].
-    pub fn recorded(&mut self) -> BTreeSet<ObjectKey> {
-        self.recording.take().unwrap_or_default()
+    /// The Services resolved since [`BackendResolver::record`], sorted, at their exact
+    /// size (kept per route), and stops recording. The list recorded into is reused by
+    /// the next route.
+    pub fn recorded(&mut self) -> Box<[ObjectKey]> {
+        self.recording = false;
+        self.recorded.sort_unstable();
+        let out = self.recorded.as_slice().into();
+        self.recorded.clear();
+        out
     }
 
     /// The Service an EndpointSlice belongs to, by its well-known label.
@@ -129,20 +139,20 @@ impl<'s> BackendResolver<'s> {
         // Every route keeps the keys of the Services it resolved: one copy of each key
         // (the Store's, when it knows the Service) shared by them all, not a copy of
         // its strings per route.
-        let probe = ObjectKey::new(namespace, r.name);
-        let key = match self.referenced.get(&probe) {
+        let probe: &dyn KeyParts = &(namespace, r.name);
+        let key = match self.referenced.get(probe) {
             Some(known) => known.clone(),
             None => {
-                let key = match self.store.services.get_key_value(&probe) {
+                let key = match self.store.services.get_key_value(probe) {
                     Some((known, _)) => known.clone(),
-                    None => probe,
+                    None => ObjectKey::new(namespace, r.name),
                 };
                 self.referenced.insert(key.clone());
                 key
             }
         };
-        if let Some(recording) = &mut self.recording {
-            recording.insert(key);
+        if self.recording && !self.recorded.contains(&key) {
+            self.recorded.push(key.clone());
         }
         if namespace != route_namespace
             && !self.store.reference_granted(
@@ -162,7 +172,6 @@ impl<'s> BackendResolver<'s> {
                 ),
             });
         }
-        let key = ObjectKey::new(namespace, r.name);
         let Some(service) = self.store.services.get(&key) else {
             return Err(RefProblem {
                 reason: "BackendNotFound",

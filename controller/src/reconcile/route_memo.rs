@@ -106,33 +106,32 @@ impl RouteMemo {
             self.listener_routes.clear();
         }
         let mut changed = Vec::new();
-        let ext_of = |k: &ObjectKey| store.http_route_ext.get(k);
-        let mut stale = self.seen.stale(store, changes.all_stale);
-        for svc in &changes.services {
-            stale.extend(self.interest.get(svc).into_iter().flatten().cloned());
-        }
         if changes.all_stale {
-            let cached = self.http.keys().map(|k| (false, k));
-            let cached = cached.chain(self.grpc.keys().map(|k| (true, k)));
-            stale.extend(cached.map(|(grpc, key)| RouteId {
-                grpc,
-                key: key.clone(),
-            }));
-        }
-        let mut work = Work {
-            interest: &mut self.interest,
-            listener_routes: &mut self.listener_routes,
-            changed: &mut changed,
-            redone: &mut self.redone,
-            resolver,
-        };
-        for id in stale {
-            let (cache, statuses, current) = match id.grpc {
-                false => (&mut self.http, &mut self.http_statuses, &store.http_routes),
-                true => (&mut self.grpc, &mut self.grpc_statuses, &store.grpc_routes),
+            self.seen.remember(store);
+            self.compile_all(store, resolver, &mut changed);
+        } else {
+            let mut stale = self.seen.stale(store);
+            for svc in &changes.services {
+                stale.extend(self.interest.get(svc).into_iter().flatten().cloned());
+            }
+            let mut work = Work {
+                interest: &mut self.interest,
+                listener_routes: &mut self.listener_routes,
+                changed: &mut changed,
+                redone: &mut self.redone,
+                resolver,
             };
-            let ext = if id.grpc { None } else { ext_of(&id.key) };
-            work.sync(cache, statuses, id, current, ext);
+            for id in stale {
+                let (cache, statuses, current) = match id.grpc {
+                    false => (&mut self.http, &mut self.http_statuses, &store.http_routes),
+                    true => (&mut self.grpc, &mut self.grpc_statuses, &store.grpc_routes),
+                };
+                let ext = match id.grpc {
+                    false => store.http_route_ext.get(&id.key),
+                    true => None,
+                };
+                work.sync(cache, statuses, id, current, ext);
+            }
         }
         let mut attach = Attach {
             store,
@@ -166,6 +165,68 @@ impl RouteMemo {
             self.changed = Some(changed);
         }
         [self.http_statuses.clone(), self.grpc_statuses.clone()]
+    }
+
+    /// Compiles every route again (a first load, or a change every route may read:
+    /// grants, policies). The old entries and their indexes go whole and the new ones
+    /// are collected in key order, which builds each map in one pass: inserting them
+    /// one by one searched every map for every route (a tenth of a first load).
+    fn compile_all<'s>(
+        &mut self,
+        store: &'s Store,
+        resolver: &mut BackendResolver<'s>,
+        changed: &mut Vec<RouteId>,
+    ) {
+        // Every placement the counts hold is an old entry's.
+        self.listener_routes.clear();
+        self.interest.clear();
+        let mut interest: BTreeMap<ObjectKey, Vec<RouteId>> = BTreeMap::new();
+        let kinds = [
+            (
+                false,
+                &mut self.http,
+                &mut self.http_statuses,
+                &store.http_routes,
+            ),
+            (
+                true,
+                &mut self.grpc,
+                &mut self.grpc_statuses,
+                &store.grpc_routes,
+            ),
+        ];
+        for (grpc, cache, statuses, current) in kinds {
+            let id = |key: &ObjectKey| RouteId {
+                grpc,
+                key: key.clone(),
+            };
+            let old = std::mem::take(cache);
+            for key in old.keys().filter(|k| !current.contains_key(*k)) {
+                statuses.remove(key);
+                changed.push(id(key));
+            }
+            *cache = current
+                .iter()
+                .map(|(key, route)| {
+                    let ext = match grpc {
+                        false => store.http_route_ext.get(key),
+                        true => None,
+                    };
+                    let c = compile(&mut self.redone, resolver, grpc, key, route, ext);
+                    for svc in &c.referenced {
+                        interest.entry(svc.clone()).or_default().push(id(key));
+                    }
+                    changed.push(id(key));
+                    (key.clone(), c)
+                })
+                .collect();
+        }
+        // In order but for the routes that went, appended per kind.
+        changed.sort_unstable();
+        self.interest = interest
+            .into_iter()
+            .map(|(svc, routes)| (svc, routes.into_iter().collect()))
+            .collect();
     }
 
     /// The routes the last run compiled, attached again or dropped, in order; `None`
@@ -263,38 +324,33 @@ fn report(statuses: &mut RouteStatuses, key: &ObjectKey, generation: i64, attach
 }
 
 impl Seen {
-    /// The routes whose object or experimental fields differ from what the last run saw
-    /// (all of them when `everything`), in order; remembers the Store's maps.
-    fn stale(&mut self, store: &Store, everything: bool) -> BTreeSet<RouteId> {
-        let id = |grpc: bool, key: &ObjectKey| RouteId {
-            grpc,
-            key: key.clone(),
-        };
+    /// The routes whose object or experimental fields differ from what the last run saw,
+    /// in order; remembers the Store's maps.
+    fn stale(&mut self, store: &Store) -> BTreeSet<RouteId> {
         let mut stale = BTreeSet::new();
-        if everything {
-            // Already in order (HTTPRoutes first, each map sorted): collecting builds
-            // the set in one pass, where inserting one by one searched for each.
-            stale = (store.http_routes.keys().map(|k| id(false, k)))
-                .chain(store.grpc_routes.keys().map(|k| id(true, k)))
-                .collect();
-        } else {
-            let mut note = |grpc: bool, key: &ObjectKey| {
-                stale.insert(id(grpc, key));
-            };
-            for d in self.http.diff(&store.http_routes) {
-                note(false, changed_key(&d));
-            }
-            for d in self.http_ext.diff(&store.http_route_ext) {
-                note(false, changed_key(&d));
-            }
-            for d in self.grpc.diff(&store.grpc_routes) {
-                note(true, changed_key(&d));
-            }
+        let mut note = |grpc: bool, key: &ObjectKey| {
+            stale.insert(RouteId {
+                grpc,
+                key: key.clone(),
+            });
+        };
+        for d in self.http.diff(&store.http_routes) {
+            note(false, changed_key(&d));
         }
+        for d in self.http_ext.diff(&store.http_route_ext) {
+            note(false, changed_key(&d));
+        }
+        for d in self.grpc.diff(&store.grpc_routes) {
+            note(true, changed_key(&d));
+        }
+        self.remember(store);
+        stale
+    }
+
+    fn remember(&mut self, store: &Store) {
         self.http = store.http_routes.clone();
         self.http_ext = store.http_route_ext.clone();
         self.grpc = store.grpc_routes.clone();
-        stale
     }
 }
 
@@ -348,24 +404,12 @@ impl Work<'_, '_> {
         route: &Arc<HttpRoute>,
         ext: Option<&HttpRouteExt>,
     ) -> CachedRoute {
-        self.redone.compiled += 1;
-        self.resolver.record();
-        let kind = if id.grpc { "GRPCRoute" } else { "HTTPRoute" };
-        let model = super::route::compile(id.key.clone(), kind, route, ext, self.resolver);
-        let referenced: Box<[ObjectKey]> = self.resolver.recorded().into_iter().collect();
-        for svc in &referenced {
-            self.interest
-                .entry(svc.clone())
-                .or_default()
-                .insert(id.clone());
+        let c = compile(self.redone, self.resolver, id.grpc, &id.key, route, ext);
+        for svc in &c.referenced {
+            let routes = self.interest.entry(svc.clone()).or_default();
+            routes.insert(id.clone());
         }
-        CachedRoute {
-            object: Arc::clone(route),
-            model: Arc::new(model),
-            referenced,
-            attached: None,
-            actions: RouteActions::default(),
-        }
+        c
     }
 
     /// Takes a dropped entry out of the indexes: its endpoint interest, and its
@@ -388,5 +432,27 @@ impl Work<'_, '_> {
                 }
             }
         }
+    }
+}
+
+/// Compiles one route into its entry (not yet in the endpoint interest index).
+fn compile<'s>(
+    redone: &mut Redone,
+    resolver: &mut BackendResolver<'s>,
+    grpc: bool,
+    key: &ObjectKey,
+    route: &Arc<HttpRoute>,
+    ext: Option<&HttpRouteExt>,
+) -> CachedRoute {
+    redone.compiled += 1;
+    resolver.record();
+    let kind = if grpc { "GRPCRoute" } else { "HTTPRoute" };
+    let model = super::route::compile(key.clone(), kind, route, ext, resolver);
+    CachedRoute {
+        object: Arc::clone(route),
+        model: Arc::new(model),
+        referenced: resolver.recorded(),
+        attached: None,
+        actions: RouteActions::default(),
     }
 }

@@ -32,8 +32,9 @@ use crate::store::ObjectKey;
 #[derive(Default)]
 pub struct TranslateMemo {
     sockets: BTreeMap<SocketAddr, Socket>,
-    /// Per route, the (socket, hostname) pairs it contributed to.
-    placed: HashMap<RouteId, Vec<(SocketAddr, Box<str>)>>,
+    /// Per route, the (socket, hostname) pairs it contributed to; the names are the
+    /// hosts' own (shared, not a copy per route).
+    placed: HashMap<RouteId, Vec<(SocketAddr, Arc<str>)>>,
     /// The internal ports the sockets were planned with (Kubernetes mode).
     internal_ports: Option<BTreeMap<ObjectKey, BTreeMap<u16, u16>>>,
 }
@@ -47,6 +48,8 @@ struct Socket {
 
 #[derive(Default)]
 struct Host {
+    /// Its name, as the routes placed here keep it.
+    name: Arc<str>,
     /// In the order a full build visits them: Gateway, listener, route.
     contributions: Vec<Contribution>,
     vhost: Arc<VirtualHost>,
@@ -218,19 +221,27 @@ impl TranslateMemo {
                 let host = host.as_deref().unwrap_or("");
                 let h = match socket.hosts.get_mut(host) {
                     Some(h) => h,
-                    None => socket.hosts.entry(host.into()).or_default(),
+                    None => socket.hosts.entry(host.into()).or_insert_with(|| Host {
+                        name: host.into(),
+                        ..Host::default()
+                    }),
                 };
                 let order = (p.gateway.clone(), p.listener, id.clone());
-                let at = h.contributions.partition_point(|c| c.order < order);
-                h.contributions.insert(
-                    at,
-                    Contribution {
-                        order,
-                        route: Arc::clone(model),
-                        actions: Arc::clone(&acts),
-                    },
-                );
-                placed.push((*addr, host.into()));
+                let contribution = Contribution {
+                    order,
+                    route: Arc::clone(model),
+                    actions: Arc::clone(&acts),
+                };
+                // A full build visits routes in order: append without a search.
+                match h.contributions.last() {
+                    Some(last) if last.order >= contribution.order => {
+                        let order = &contribution.order;
+                        let at = h.contributions.partition_point(|c| c.order < *order);
+                        h.contributions.insert(at, contribution);
+                    }
+                    _ => h.contributions.push(contribution),
+                }
+                placed.push((*addr, Arc::clone(&h.name)));
                 mark(dirty, *addr, host);
             }
         }
