@@ -80,6 +80,13 @@ impl ObjectKey {
         }
     }
 
+    /// `namespace/name` as one shared string (the name routes and Gateways carry into
+    /// the Snapshot), built without the formatting machinery: a reload makes one per
+    /// route.
+    pub fn joined(&self) -> Arc<str> {
+        [&*self.namespace, "/", &*self.name].concat().into()
+    }
+
     /// The key of a namespaced object; objects without a namespace live in `default`,
     /// as `kubectl apply` would put them.
     pub fn of(meta: &ObjectMeta) -> Self {

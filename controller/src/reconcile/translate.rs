@@ -150,6 +150,8 @@ impl TranslateMemo {
             None => {
                 previous = std::mem::take(&mut self.sockets);
                 self.placed.clear();
+                // Grown once rather than doubling through every size (rehashing each).
+                self.placed.reserve(routes.len());
                 self.internal_ports = internal_ports.cloned();
                 dirty.extend(plans.keys().map(|addr| (*addr, None)));
                 for (id, c) in routes.all_mut() {
@@ -446,7 +448,7 @@ impl PortPlan {
 }
 
 fn rule_actions(gateway: &Arc<str>, client: &Client, route: &RouteModel) -> Actions {
-    let name: Arc<str> = route.key.to_string().into();
+    let name = route.key.joined();
     let stats = RouteStats::new(Arc::clone(gateway), route.kind, Arc::clone(&name));
     let rules = route
         .rules
