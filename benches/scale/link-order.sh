@@ -3,13 +3,18 @@
 # build.rs to place together in the release executable (see build.rs for why).
 #
 #   benches/scale/link-order.sh            # two builds and two runs, then the list
+#   LINK_ORDER_REUSE_PROFILE=1 benches/scale/link-order.sh
+#                                          # after a code change: the ordinary build's
+#                                          # runs only, the last full run's profiles
 #   benches/scale/link-order.sh check BIN  # how many listed functions BIN has (a fresh
 #                                          # list: most; a stale one: few)
 #
 # Needs `rustup component add llvm-tools` (llvm-profdata of rustc's own LLVM), a C
-# compiler, openssl, curl, python3 and unshare. Run it again after a toolchain or
-# Cargo.lock change: the list names symbols, whose hashes change with either. Takes an
-# instrumented and an ordinary release build (about 40 minutes on 2 cores).
+# compiler, openssl, curl, python3 and unshare. The list names symbols, which the
+# toolchain, Cargo.lock and ordinary code changes rename (new signature hashes, LTO's
+# renumbered local copies): run it again after a change to code the edge runs. A full
+# run takes an instrumented and an ordinary release build (about 40 minutes on 2
+# cores); reusing the profiles, one ordinary build (about 12).
 set -eu
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -24,18 +29,20 @@ if [ "${1:-}" = check ]; then
 fi
 work=${LINK_ORDER_DIR:-$root/target/link-order}
 profile=${LINK_ORDER_PROFILE:-release}
-sysroot=$(rustc --print sysroot)
-profdata=$(find "$sysroot/lib/rustlib" -path '*/bin/llvm-profdata' 2>/dev/null | head -n 1)
-[ -x "$profdata" ] || { echo "llvm-profdata not found: rustup component add llvm-tools" >&2; exit 1; }
 
-rm -rf "$work/raw"
-mkdir -p "$work/raw"
-# Instrumented by a wrapper, not RUSTFLAGS: cargo hashes RUSTFLAGS into every crate's
-# symbol names, and the list must name the ordinary build's symbols.
-LINK_ORDER_RAW="$work/raw" RUSTC_WRAPPER="$root/benches/scale/rustc-instrument.sh" \
-  cargo build --locked --profile "$profile" --bin aether-edge --target-dir "$work/target"
-bin="$work/target/$profile/aether-edge"
-[ "$profile" = dev ] && bin="$work/target/debug/aether-edge"
+# LINK_ORDER_REUSE_PROFILE=1: keep the last full run's profiles (in $work) and redo
+# only the ordinary build's touched pages, which name the current code's symbols
+# exactly: enough after a code change (minutes instead of 40); the profiles only rank
+# functions and filter touched pages.
+reuse=${LINK_ORDER_REUSE_PROFILE:-}
+if [ -n "$reuse" ]; then
+  for mode in idle full; do
+    [ -s "$work/$mode-functions.txt" ] || {
+      echo "no $work/$mode-functions.txt to reuse: run link-order.sh once without LINK_ORDER_REUSE_PROFILE" >&2
+      exit 1
+    }
+  done
+fi
 
 # Two runs of each build: an idle edge (start-up, first load, a scrape, its timers) and
 # a serving one; the list packs what the idle one ran first.
@@ -47,12 +54,25 @@ run() { # MODE BIN [ENV...]: one run of the scenario
   env LINK_ORDER_IDLE="$idle" "$@" \
     unshare -rn sh -c "ip link set lo up && python3 '$root/benches/scale/link_order_run.py' '$run_bin'"
 }
-for mode in idle full; do
-  rm -f "$work"/raw/edge-*.profraw
-  run "$mode" "$bin" LLVM_PROFILE_FILE="$work/raw/edge-%p.profraw"
-  "$profdata" merge -o "$work/$mode.profdata" "$work"/raw/edge-*.profraw
-  "$profdata" show --all-functions --counts "$work/$mode.profdata" >"$work/$mode-functions.txt"
-done
+if [ -z "$reuse" ]; then
+  sysroot=$(rustc --print sysroot)
+  profdata=$(find "$sysroot/lib/rustlib" -path '*/bin/llvm-profdata' 2>/dev/null | head -n 1)
+  [ -x "$profdata" ] || { echo "llvm-profdata not found: rustup component add llvm-tools" >&2; exit 1; }
+  rm -rf "$work/raw"
+  mkdir -p "$work/raw"
+  # Instrumented by a wrapper, not RUSTFLAGS: cargo hashes RUSTFLAGS into every crate's
+  # symbol names, and the list must name the ordinary build's symbols.
+  LINK_ORDER_RAW="$work/raw" RUSTC_WRAPPER="$root/benches/scale/rustc-instrument.sh" \
+    cargo build --locked --profile "$profile" --bin aether-edge --target-dir "$work/target"
+  bin="$work/target/$profile/aether-edge"
+  [ "$profile" = dev ] && bin="$work/target/debug/aether-edge"
+  for mode in idle full; do
+    rm -f "$work"/raw/edge-*.profraw
+    run "$mode" "$bin" LLVM_PROFILE_FILE="$work/raw/edge-%p.profraw"
+    "$profdata" merge -o "$work/$mode.profdata" "$work"/raw/edge-*.profraw
+    "$profdata" show --all-functions --counts "$work/$mode.profdata" >"$work/$mode-functions.txt"
+  done
+fi
 
 # The same run of an ordinary build, to see the code pages it touches: the profile
 # misses the standard library and names some generic instances differently.
