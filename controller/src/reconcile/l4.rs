@@ -141,13 +141,7 @@ fn attach_one(
         .listeners
         .iter()
         .enumerate()
-        .filter(|(_, l)| target.has(l))
-        .filter(|(_, l)| {
-            parent
-                .section_name
-                .as_ref()
-                .is_none_or(|s| *s == l.spec.name)
-        })
+        .filter(|(_, l)| target.selects(parent, l))
         .filter(|(_, l)| {
             // On a port pool, parentRefs[].port asks for one port of the range.
             parent.port.is_none_or(|p| {

@@ -46,7 +46,7 @@ pub fn add_listeners(
     let mut targets: BTreeMap<TargetKey, Arc<L4Target>> = BTreeMap::new();
     for model in gateways.values() {
         let Ok(ip) = model.address else { continue };
-        let gateway: Arc<str> = model.key.to_string().into();
+        let gateway = model.key.joined();
         let client: Client = model.backend_client.as_ref().map(|b| Arc::clone(&b.cert));
         for listener in model.listeners.iter().filter(|l| l.usable() && l.is_l4()) {
             let Some(port) = listener.port() else {
@@ -197,7 +197,7 @@ fn target(gateway: &str, route: &L4RouteModel, client: Client) -> L4Target {
     L4Target::new(
         gateway,
         route.kind.as_str(),
-        route.key.to_string().into(),
+        route.key.joined(),
         BackendSet::new(backends),
     )
     .with_backend_client_cert(client)

@@ -25,6 +25,17 @@ impl ParentTarget {
         l.set == self.set
     }
 
+    /// Does `parent` (naming this target) select listener `l`: one of the target's,
+    /// and the one its sectionName names if it names one? (Its port is each route
+    /// kind's own question: L4 routes may name one port of a pool.)
+    pub fn selects(&self, parent: &HttpRouteParentRefs, l: &ListenerModel<'_>) -> bool {
+        self.has(l)
+            && parent
+                .section_name
+                .as_ref()
+                .is_none_or(|s| *s == l.spec.name)
+    }
+
     /// The parent a status entry names: the ListenerSet if one was named, else the
     /// Gateway.
     pub fn reported(&self) -> (&'static str, &ObjectKey) {

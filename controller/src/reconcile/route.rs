@@ -440,13 +440,7 @@ fn attach_one<'a>(
     let selected = || {
         let listeners = gateway.listeners.iter().enumerate();
         listeners
-            .filter(|(_, l)| target.has(l))
-            .filter(|(_, l)| {
-                parent
-                    .section_name
-                    .as_ref()
-                    .is_none_or(|s| *s == l.spec.name)
-            })
+            .filter(|(_, l)| target.selects(parent, l))
             .filter(|(_, l)| parent.port.is_none_or(|p| p == l.spec.port))
     };
     if selected().next().is_none() {

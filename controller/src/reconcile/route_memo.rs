@@ -195,6 +195,7 @@ impl RouteMemo {
                 &store.grpc_routes,
             ),
         ];
+        let mut gone = false;
         for (grpc, cache, statuses, current) in kinds {
             let id = |key: &ObjectKey| RouteId {
                 grpc,
@@ -204,6 +205,7 @@ impl RouteMemo {
             for key in old.keys().filter(|k| !current.contains_key(*k)) {
                 statuses.remove(key);
                 changed.push(id(key));
+                gone = true;
             }
             *cache = current
                 .iter()
@@ -221,8 +223,10 @@ impl RouteMemo {
                 })
                 .collect();
         }
-        // In order but for the routes that went, appended per kind.
-        changed.sort_unstable();
+        // In order unless routes went: those came before their kind's current ones.
+        if gone {
+            changed.sort_unstable();
+        }
         self.interest = interest
             .into_iter()
             .map(|(svc, routes)| (svc, routes.into_iter().collect()))

@@ -1,6 +1,5 @@
 //! Translation of the validated model into the proxy's Snapshot.
 
-use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -42,13 +41,14 @@ pub struct TranslateMemo {
 #[derive(Default)]
 struct Socket {
     /// Per hostname (`""` for any host).
-    hosts: HashMap<Box<str>, Host>,
+    hosts: HashMap<Arc<str>, Host>,
     listener: Option<Arc<Listener>>,
 }
 
 #[derive(Default)]
 struct Host {
-    /// Its name, as the routes placed here keep it.
+    /// Its name: the map's key, kept here too so that a route placed here can share
+    /// it without a second lookup.
     name: Arc<str>,
     /// In the order a full build visits them: Gateway, listener, route.
     contributions: Vec<Contribution>,
@@ -223,10 +223,13 @@ impl TranslateMemo {
                 let host = host.as_deref().unwrap_or("");
                 let h = match socket.hosts.get_mut(host) {
                     Some(h) => h,
-                    None => socket.hosts.entry(host.into()).or_insert_with(|| Host {
-                        name: host.into(),
-                        ..Host::default()
-                    }),
+                    None => {
+                        let name: Arc<str> = host.into();
+                        socket.hosts.entry(Arc::clone(&name)).or_insert(Host {
+                            name,
+                            ..Host::default()
+                        })
+                    }
                 };
                 let order = (p.gateway.clone(), p.listener, id.clone());
                 let contribution = Contribution {
@@ -247,13 +250,10 @@ impl TranslateMemo {
                 mark(dirty, *addr, host);
             }
         }
+        // The route's places were withdrawn (or all cleared) before it contributes.
         if !placed.is_empty() {
-            match self.placed.entry(id.clone()) {
-                Entry::Occupied(mut e) => e.get_mut().extend(placed),
-                Entry::Vacant(e) => {
-                    e.insert(placed);
-                }
-            }
+            let before = self.placed.insert(id.clone(), placed);
+            debug_assert!(before.is_none(), "a route contributed twice");
         }
     }
 }
@@ -276,7 +276,7 @@ impl Socket {
     fn rebuild(
         &mut self,
         hosts: Option<HashSet<Box<str>>>,
-        old: Option<&HashMap<Box<str>, Host>>,
+        old: Option<&HashMap<Arc<str>, Host>>,
     ) -> RouteTable {
         let build = |name: &str, h: &mut Host| {
             let same = |o: &Host| {
@@ -340,7 +340,7 @@ fn plan_sockets<'g>(
     let mut serving = ListenerSockets::new();
     for (key, model) in gateways {
         let Ok(ip) = model.address else { continue };
-        let gateway: Arc<str> = model.key.to_string().into();
+        let gateway = model.key.joined();
         let client = model.backend_client.as_ref().map(|b| Arc::clone(&b.cert));
         let mut on = vec![None; model.listeners.len()];
         for (i, listener) in model.listeners.iter().enumerate() {
