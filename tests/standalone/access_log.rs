@@ -1,5 +1,5 @@
 //! Access logs on the edge's stdout, as a real client's requests and a real L4
-//! connection produce them: a 200 from a backend, a 502 (the backend closes without
+//! connection produce them: a 200 from a backend (over HTTP/1.1 and HTTP/2), a 502 (the backend closes without
 //! answering), a 503 (nothing listens at the endpoint), a 504 (the backend is slower
 //! than the route's timeout) and a 404 (no route), in JSON and in text, and one line
 //! each for a TCP connection and a UDP flow; none with `--access-log off`.
@@ -140,6 +140,20 @@ async fn traffic(
     ensure!(ok.status == StatusCode::OK, "ok answered {}", ok.status);
     let post = raw_post(net, gw).await?;
     ensure!(post.starts_with("HTTP/1.1 200"), "POST answered {post:?}");
+    // HTTP/2 names the host in `:authority`, not in a Host header.
+    let h2 = H2Conn::connect(net.client_ip(), gw)
+        .await?
+        .send(
+            "GET",
+            "ok.example.com",
+            "/h2?token=secret",
+            &[
+                ("x-request-id", "rid-h2"),
+                ("user-agent", "access-log-test/2"),
+            ],
+        )
+        .await?;
+    ensure!(h2.status == StatusCode::OK, "h2c answered {}", h2.status);
     for (host, headers, want) in [
         ("down.example.com", &[][..], StatusCode::BAD_GATEWAY),
         (
@@ -259,12 +273,12 @@ async fn json_access_log_says_why_the_edge_answered() -> TestResult {
     let net = env.net;
     // --log-format json alone makes the access log JSON too.
     let (edge, seen, _keep) = traffic(&env, &["--log-format", "json"]).await?;
-    let raw = lines(&edge, 8).await?;
+    let raw = lines(&edge, 9).await?;
     let lines: Vec<Value> = raw
         .iter()
         .map(|l| serde_json::from_str(l).map_err(|e| err(format!("not JSON ({e}): {l}"))))
         .collect::<Result<_, _>>()?;
-    ensure!(lines.len() == 8, "want 8 lines, got:\n{}", raw.join("\n"));
+    ensure!(lines.len() == 9, "want 9 lines, got:\n{}", raw.join("\n"));
     let http = |host: &'static str, path: &'static str| {
         move |v: &Value| v["authority"] == host && v["path"] == path
     };
@@ -302,6 +316,20 @@ async fn json_access_log_says_why_the_edge_answered() -> TestResult {
         ok["duration_ms"].is_f64() && ok["upstream_ms"].is_f64(),
         "{ok}"
     );
+
+    let h2 = one(&lines, "the HTTP/2 200", http("ok.example.com", "/h2"))?;
+    let want = [
+        ("protocol", Value::from("HTTP/2")),
+        ("status", 200.into()),
+        ("route", "default/ok".into()),
+        ("request_id", "rid-h2".into()),
+        ("user_agent", "access-log-test/2".into()),
+        ("client", net.client_ip().to_string().into()),
+        ("complete", true.into()),
+    ];
+    for (k, v) in want {
+        ensure!(h2[k] == v, "HTTP/2 line: {k} is {}, want {v}: {h2}", h2[k]);
+    }
 
     let post = one(&lines, "the POST", http("ok.example.com", "/post"))?;
     ensure!(

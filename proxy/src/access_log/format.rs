@@ -73,11 +73,6 @@ pub(super) fn trace_id(traceparent: &HeaderValue) -> Option<&str> {
 pub(super) fn http_fields(r: &HttpRecord) -> [Field<'_>; 24] {
     let l = r.listener.as_deref();
     let rule = r.rule.as_deref();
-    let authority = r
-        .uri
-        .authority()
-        .map(|a| Val::Str(Cow::Borrowed(a.as_str())))
-        .unwrap_or_else(|| header(r.host.as_ref()));
     [
         ("time", Val::Time(r.time)),
         ("kind", Val::Str(Cow::Borrowed("http"))),
@@ -87,9 +82,9 @@ pub(super) fn http_fields(r: &HttpRecord) -> [Field<'_>; 24] {
         ("route", opt_str(rule.map(|a| &*a.route))),
         ("rule", opt_str(rule.and_then(|a| a.rule.as_deref()))),
         ("client", Val::Ip(r.client)),
-        ("authority", authority),
+        ("authority", header(r.host.as_ref())),
         ("method", Val::Str(Cow::Borrowed(r.method.as_str()))),
-        ("path", Val::Str(Cow::Borrowed(r.uri.path()))),
+        ("path", Val::Str(String::from_utf8_lossy(r.path()))),
         ("protocol", Val::Str(Cow::Borrowed(protocol(r.version)))),
         ("status", Val::Num(u64::from(r.status))),
         ("reason", opt_str(r.reason)),

@@ -1,9 +1,9 @@
 //! Access logs: one line per HTTP request and per L4 connection, written off the
 //! request path.
 //!
-//! A request that is logged (sampled) carries a boxed [`HttpRecord`] of cheap,
-//! reference-counted clones of what it arrived with (header values, URI, the matched
-//! rule's `Arc`); the record travels with the response body and is handed to a bounded
+//! A request that is logged (sampled) carries a boxed [`HttpRecord`]: what it arrived
+//! with (target, authority, user agent, IDs) copied into one buffer that comes back
+//! with the box for the next record, and the matched rule's `Arc`; the record travels with the response body and is handed to a bounded
 //! channel when the body ends. A writer thread formats it (JSON or text) and writes
 //! stdout. The request path never formats, never waits: when the channel is full the
 //! line is dropped and counted in `aether_access_log_dropped_total`.

@@ -33,13 +33,8 @@ thread_local! {
     };
 }
 
-/// `record` boxed, in a returned box when one is waiting; its home is this thread.
-pub(super) fn boxed(record: HttpRecord) -> Box<HttpRecord> {
-    place(take_spare(), record)
-}
-
-/// A returned box of this thread's, if one is waiting: for a caller that reuses what
-/// the box kept (the relay's head buffer) before [`place`] fills it.
+/// A returned box of this thread's, if one is waiting: the caller reuses what the box
+/// kept (its head buffer) before [`place`] fills it.
 pub(super) fn take_spare() -> Option<Box<HttpRecord>> {
     SPARES_HERE
         .try_with(|s| s.rx.try_recv().ok())

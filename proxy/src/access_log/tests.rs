@@ -238,7 +238,7 @@ async fn formatted_records_come_back_to_their_thread_emptied() {
 
     let second = begin_http(Some(log), &conn, &req("/second"), 0, Instant::now()).unwrap();
     assert_eq!(std::ptr::from_ref::<HttpRecord>(&second) as usize, first_at);
-    assert_eq!(second.uri.path(), "/second");
+    assert_eq!(second.path(), b"/second");
 }
 
 /// A relayed record's head buffer comes back with its box, and the next relayed record
@@ -273,7 +273,7 @@ async fn relayed_records_reuse_their_head_buffer() {
         first,
         "the head buffer was reused"
     );
-    assert_eq!(again.uri.path(), "/again");
+    assert_eq!(again.path(), b"/again");
     assert_eq!(again.host.as_ref().unwrap(), "a.example.com");
     assert_eq!(again.request_id.as_ref().unwrap(), "req-1");
     drop(again);
@@ -282,4 +282,73 @@ async fn relayed_records_reuse_their_head_buffer() {
     logged(&long);
     let spare = super::recycle::take_spare().expect("the box came back");
     assert!(spare.head.is_empty(), "an outsized head was kept");
+}
+
+/// A full-path record copies its fields into the buffer its returned box brings back,
+/// as a relayed one does: an HTTP/2 request's URI carries the authority, and the line
+/// says the same as it would from the request's own values.
+#[tokio::test]
+async fn full_path_records_copy_their_fields_into_a_reused_buffer() {
+    let (log, sink) = start(Format::Text, "1xx,2xx,3xx,4xx,5xx");
+    let conn = conn_info();
+    let req = |uri: &str| {
+        Request::builder()
+            .version(http::Version::HTTP_2)
+            .uri(uri)
+            .header("user-agent", "h2load")
+            .header("x-request-id", "req-7")
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    let mut first = begin_http(
+        Some(log),
+        &conn,
+        &req("http://a.example.com/first?q=1"),
+        0,
+        Instant::now(),
+    )
+    .unwrap();
+    first.set_answer(200, None);
+    let buffer = first.head.as_ptr() as usize;
+    assert!(!first.head.is_empty(), "the fields were copied");
+    log.http(first);
+    let line = lines(log, &sink);
+    for want in [
+        "authority=a.example.com",
+        "path=/first",
+        "user_agent=h2load",
+        "request_id=req-7",
+        "protocol=HTTP/2",
+    ] {
+        assert!(line.contains(want), "{want} in {line}");
+    }
+
+    let second = begin_http(
+        Some(log),
+        &conn,
+        &req("http://b.example.com/second"),
+        0,
+        Instant::now(),
+    )
+    .unwrap();
+    assert_eq!(
+        second.head.as_ptr() as usize,
+        buffer,
+        "the buffer was reused"
+    );
+    assert_eq!(second.path(), b"/second");
+    assert_eq!(second.host.as_ref().unwrap(), "b.example.com");
+    drop(second);
+
+    // CONNECT's authority-form target has no path to copy: logged from the request.
+    let connect = Request::builder()
+        .method(http::Method::CONNECT)
+        .uri("c.example.com:443")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let mut record = begin_http(Some(log), &conn, &connect, 0, Instant::now()).unwrap();
+    record.set_answer(404, Some("no_route"));
+    log.http(record);
+    let line = lines(log, &sink);
+    assert!(line.contains("authority=c.example.com:443"), "{line}");
 }
