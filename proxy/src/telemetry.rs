@@ -67,6 +67,7 @@ pub const TRACE_SPANS_DROPPED_TOTAL: &str = "aether_trace_spans_dropped_total";
 /// the full request path.
 pub const HTTP1_RELAYED_REQUESTS_TOTAL: &str = "aether_http1_relayed_requests_total";
 pub const HTTP1_RELAY_HANDOFFS_TOTAL: &str = "aether_http1_relay_handoffs_total";
+pub const HTTP1_BYTE_EXCHANGES_TOTAL: &str = "aether_http1_byte_exchanges_total";
 
 /// What a metric is: its `# TYPE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -364,6 +365,12 @@ pub const DESCRIPTIONS: &[Description] = &[
         C,
         COUNT,
         "Connections the relay (--http1-relay) handed to the full request path at a request it does not take.",
+    ),
+    d(
+        HTTP1_BYTE_EXCHANGES_TOTAL,
+        C,
+        COUNT,
+        "Requests of the full request path (HTTP/2, or HTTP/1.1 the relay does not take) whose bodiless GET or HEAD went to a plain HTTP/1.1 upstream as bytes (--http1-relay) rather than through hyper's client.",
     ),
     d(
         BUILD_INFO,

@@ -356,6 +356,78 @@ async fn relayed_bodies_keep_their_framing_and_a_closed_pooled_connection_is_red
     env.pass()
 }
 
+/// HTTP/2 requests take the full request path, and their plain HTTP/1.1 upstream
+/// exchange goes as bytes on the relay's pool: every framing comes back as the same
+/// body (chunks decoded), without HTTP/1.1's connection-specific headers, which HTTP/2
+/// forbids; a pooled connection the backend closed is dialled again.
+#[tokio::test]
+async fn http2_requests_exchange_bytes_with_http1_upstreams() -> TestResult {
+    let env = TestEnv::new()?;
+    let net = env.net;
+    let gw = net.gw();
+    env.write_manifest("infra.yaml", &standard_infra(net))?;
+    env.write_manifest(
+        "routes.yaml",
+        &route(
+            "default",
+            "r",
+            "edge",
+            &["framing.example.com"],
+            &[("PathPrefix", "/", "svc-a")],
+        ),
+    )?;
+    let backend = framing_backend(net.echo_a()).await?;
+    let _edge = env.spawn_edge_args("edge", &[env.manifests()], &[]).await?;
+    env.wait_listener(gw).await?;
+    let exchanges = || metric(env.net, "aether_http1_byte_exchanges_total");
+    let before = exchanges().await?;
+
+    let mut h2 = H2Conn::connect(net.client_ip(), gw).await?;
+    let cases: [(&str, &str, u16, &[u8]); 10] = [
+        ("GET", "/length", 200, b"length"),
+        ("GET", "/chunked", 200, b"hello, world"),
+        ("GET", "/not-modified", 304, b""),
+        ("GET", "/hints", 200, b"ok"),
+        ("HEAD", "/length", 200, b""),
+        ("GET", "/drop", 200, b"drop"),
+        ("GET", "/length", 200, b"length"),
+        ("GET", "/close", 200, b"until the end"),
+        ("GET", "/drop", 200, b"drop"),
+        ("GET", "/chunked", 200, b"hello, world"),
+    ];
+    for (method, path, status, body) in cases {
+        let r = h2.send(method, "framing.example.com", path, &[]).await?;
+        ensure!(
+            r.status.as_u16() == status && r.body.as_ref() == body,
+            "{method} {path}: {} {:?}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        );
+        for name in ["transfer-encoding", "connection"] {
+            ensure!(
+                !r.headers.contains_key(name),
+                "{path}: {name} in {:?}",
+                r.headers
+            );
+        }
+        ensure!(
+            r.headers.contains_key("x-request-id"),
+            "{path}: {:?}",
+            r.headers
+        );
+        // Between requests, so a pooled connection the backend closed is seen closed.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let n = exchanges().await? - before;
+    ensure!(
+        n == cases.len() as f64,
+        "{n} byte exchanges for {} requests",
+        cases.len()
+    );
+    backend.abort();
+    env.pass()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn https_requests_are_relayed_after_the_handshake_and_a_misdirected_one_is_421() -> TestResult
 {

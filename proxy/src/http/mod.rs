@@ -26,6 +26,7 @@ pub use headers::{X_ENVOY_ORIGINAL_DST_HOST, X_FORWARDED_FOR, X_FORWARDED_PROTO}
 pub(crate) use upgrade::requested as upgrade_requested;
 
 use crate::access_log::{self, HttpRecord, LoggedBody, RequestBody};
+use crate::relay::{RelayedBody, full_path};
 use crate::state::ProxyState;
 use crate::upstream::{UpstreamBody, Upstreams, attempts};
 
@@ -50,8 +51,9 @@ type Record = Option<Box<HttpRecord>>;
 /// A request's server span, when tracing is on and the request is sampled.
 type Span = Option<Box<ServerSpan>>;
 
-/// An answer's body: the upstream's stream, or one the proxy made.
-pub type ResponseBody = Either<UpstreamBody, Full<Bytes>>;
+/// An answer's body: the upstream's stream (through hyper's client, or read as bytes:
+/// `crate::relay::full_path`), or one the proxy made.
+pub type ResponseBody = Either<Either<UpstreamBody, RelayedBody>, Full<Bytes>>;
 
 /// Served on every HTTP listener before routing, for load balancer probes.
 pub const READYZ_PATH: &str = "/aether/readyz";
@@ -371,6 +373,34 @@ async fn forward(
         );
     }
     let protocol = conn.upstreams.protocol_for(backend);
+    let as_bytes = state.http1_relay
+        && full_path::takes(
+            &parts.method,
+            body.is_end_stream(),
+            protocol,
+            action.retry.is_some(),
+            upgrade_proto.is_some(),
+        );
+    if as_bytes {
+        let exchange = full_path::exchange(
+            &conn.upstreams.relay,
+            backend,
+            endpoint,
+            &parts,
+            &path_and_query,
+            tried,
+        );
+        let resp = match action.timeout {
+            Some(t) => tokio::time::timeout(t, exchange)
+                .await
+                .map_err(|_| ProxyError::Timeout)??,
+            None => exchange.await?,
+        };
+        return Ok((
+            answered(resp.map(Either::Right), routed, chosen, cors_headers),
+            None,
+        ));
+    }
     // A WebSocket to an HTTP/2 upstream goes as extended CONNECT (see `upgrade`); its
     // answer needs the client's key.
     let extended_connect = matches!(
@@ -413,12 +443,24 @@ async fn forward(
     if let (true, Some(down)) = (switching, downstream_upgrade) {
         upgrade::tunnel(down, &mut resp);
     }
+    let mut resp = answered(resp.map(Either::Left), routed, chosen, cors_headers);
+    if let (true, Some(proto)) = (switching, upgraded_to) {
+        upgrade::restore_headers(resp.headers_mut(), proto);
+    }
+    Ok((resp, None))
+}
+
+/// The upstream's answer as the client gets it: hop-by-hop headers out, the rule's and
+/// backend's response header filters and CORS headers in.
+fn answered(
+    resp: Response<Either<UpstreamBody, RelayedBody>>,
+    routed: &Routed,
+    chosen: &crate::backend::WeightedBackend,
+    cors_headers: Option<http::HeaderMap>,
+) -> Response<ResponseBody> {
     let (mut parts, body) = resp.into_parts();
     headers::strip_hop_by_hop(&mut parts.headers);
-    if let (true, Some(proto)) = (switching, upgraded_to) {
-        upgrade::restore_headers(&mut parts.headers, proto);
-    }
-    for filters in [&chosen.filters, &action.filters] {
+    for filters in [&chosen.filters, &routed.action.filters] {
         if let Some(m) = &filters.response_headers {
             m.apply(&mut parts.headers);
         }
@@ -426,7 +468,7 @@ async fn forward(
     if let Some(h) = cors_headers {
         parts.headers.extend(h);
     }
-    Ok((Response::from_parts(parts, Either::Left(body)), None))
+    Response::from_parts(parts, Either::Left(body))
 }
 
 fn redirect_response(redirect: &Redirect, routed: &Routed, req: &Req) -> Response<ResponseBody> {

@@ -1,6 +1,7 @@
-//! Finds where a chunked body ends without decoding it: the relay passes the chunks
-//! through as they came, so all it must know is when the last one (and its trailers)
-//! is over, and that the framing is sound enough to reuse the connection after it.
+//! Finds where a chunked body ends: the relay passes the chunks through as they came,
+//! so all it must know is when the last one (and its trailers) is over, and that the
+//! framing is sound enough to reuse the connection after it; the full path's byte
+//! exchange (`super::full_path`) also takes the data out ([`Chunked::decode`]).
 
 /// Longest chunk-size line (size, extensions) and trailer section accepted.
 const MAX_LINE: usize = 4096;
@@ -54,12 +55,23 @@ impl Chunked {
     /// Scans the next bytes of the body. `Some(n)`: the body ended after the first `n`
     /// of them (the rest belong to whatever follows); `None`: it goes on.
     pub fn feed(&mut self, bytes: &[u8]) -> Result<Option<usize>, Malformed> {
+        self.decode(bytes, |_| {})
+    }
+
+    /// As [`Self::feed`], and gives `data` each range of `bytes` that is chunk data:
+    /// the decoded body, for a reader that does not pass the chunks on as they came.
+    pub fn decode(
+        &mut self,
+        bytes: &[u8],
+        mut data: impl FnMut(std::ops::Range<usize>),
+    ) -> Result<Option<usize>, Malformed> {
         let mut i = 0;
         while i < bytes.len() {
             if self.state == State::Data {
                 // Skip the data in one step.
                 let left = bytes.len() - i;
                 let take = usize::try_from(self.size).map_or(left, |s| s.min(left));
+                data(i..i + take);
                 i += take;
                 self.size -= take as u64;
                 if self.size == 0 {
@@ -195,6 +207,20 @@ mod tests {
         assert_eq!(end_of(with_ext), Ok(Some(with_ext.len())));
         let upper = b"A\r\n0123456789\r\n0\r\n\r\n";
         assert_eq!(end_of(upper), Ok(Some(upper.len())));
+    }
+
+    #[test]
+    fn decodes_the_data_across_every_split() {
+        let body = b"4\r\nwiki\r\n5;x\r\npedia\r\n0\r\nt: v\r\n\r\n";
+        for split in 0..body.len() {
+            let mut c = Chunked::default();
+            let mut got = Vec::new();
+            let (a, b) = body.split_at(split);
+            assert_eq!(c.decode(a, |r| got.extend_from_slice(&a[r])), Ok(None));
+            let end = c.decode(b, |r| got.extend_from_slice(&b[r]));
+            assert_eq!(end, Ok(Some(b.len())), "split at {split}");
+            assert_eq!(got, b"wikipedia", "split at {split}");
+        }
     }
 
     #[test]

@@ -2,23 +2,21 @@
 //! answer's head back, its body passed to the client as framed, the connection back
 //! to the pool when it can carry another request.
 
-use bytes::{Buf, BytesMut};
+use bytes::Buf;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::attempt::{Attempt, Failed};
 use super::chunked::Chunked;
 use super::pool::RelayPool;
-use super::response::{self, Answer, Framing, Parsed};
+use super::response::{Answer, ClientHead, Framing};
 use super::{Buffers, Step};
 use crate::access_log::HttpRecord;
 use crate::backend::{Backend, Endpoint};
 use crate::http::ProxyError;
 use crate::routing::RuleAction;
 use crate::upstream::record_failure;
-
-/// Largest answer head read from an upstream.
-const MAX_ANSWER_HEAD: usize = 64 * 1024;
 
 pub(super) struct Exchange<'a> {
     pub pool: &'a RelayPool,
@@ -33,16 +31,6 @@ pub(super) struct Exchange<'a> {
     pub record: Option<Box<HttpRecord>>,
 }
 
-/// Why no answer head came back.
-enum Failed {
-    /// No connection could be made, to the endpoint picked nor to one other: nothing
-    /// was sent.
-    Connect(std::io::Error),
-    /// Sent, and the upstream failed or answered with something unusable.
-    Upstream(&'static str),
-    Timeout,
-}
-
 impl<'a> Exchange<'a> {
     pub(super) async fn run<S: AsyncWrite + Unpin>(
         mut self,
@@ -51,10 +39,21 @@ impl<'a> Exchange<'a> {
     ) -> Step {
         let mut retries = 0;
         let sent = {
-            let send = self.send(
+            let attempt = Attempt {
+                pool: self.pool,
+                backend: self.backend,
+                endpoint: self.endpoint,
+                head_request: self.head_request,
+            };
+            let mut client_head = ClientHead {
+                out: &mut bufs.down,
+                request_id: self.request_id,
+                close: self.close,
+            };
+            let send = attempt.send(
                 &bufs.upstream_head,
                 &mut bufs.up,
-                &mut bufs.down,
+                &mut client_head,
                 &mut retries,
             );
             match self.action.timeout {
@@ -95,100 +94,6 @@ impl<'a> Exchange<'a> {
             r.set_answer(answer.status, None);
         }
         self.body(client, upstream, &answer, bufs).await
-    }
-
-    /// Sends the head and reads the answer's head into `up`, its client version into
-    /// `down`; returns the endpoint that answered. As the full path's attempt loop
-    /// (`crate::upstream::attempts`) for a rule without `retry`: a refused connect goes
-    /// to one other endpoint at once, and a pooled connection that ends before any
-    /// answer byte (the peer closed it while idle) is replaced by a new one to the same
-    /// endpoint, since the request (idempotent, no body) may go again.
-    async fn send(
-        &self,
-        head: &[u8],
-        up: &mut BytesMut,
-        down: &mut Vec<u8>,
-        retries: &mut u32,
-    ) -> Result<(TcpStream, Answer, &'a Endpoint), Failed> {
-        let mut endpoint = self.endpoint;
-        let mut pooled = self.pool.take(endpoint.addr);
-        let mut other_tried = false;
-        loop {
-            let reused = pooled.is_some();
-            let mut conn = match pooled.take() {
-                Some(c) => c,
-                None => match self.pool.dial(endpoint.addr).await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        record_failure(self.backend, endpoint);
-                        let next = if other_tried {
-                            None
-                        } else {
-                            self.backend.pick_other(&[endpoint.addr])
-                        };
-                        let Some(next) = next else {
-                            self.backend.stats.connect_error();
-                            return Err(Failed::Connect(e));
-                        };
-                        self.backend.stats.connect_error();
-                        tracing::debug!(backend = %self.backend.name, from = %endpoint.addr, to = %next.addr, error = %e, "upstream connect failed; retrying on another endpoint");
-                        self.backend.stats.retried("connect_error");
-                        *retries += 1;
-                        other_tried = true;
-                        endpoint = next;
-                        continue;
-                    }
-                },
-            };
-            up.clear();
-            let result = match conn.write_all(head).await {
-                Ok(()) => self.answer_head(&mut conn, up, down).await,
-                Err(_) => Err(None),
-            };
-            match result {
-                Ok(answer) => return Ok((conn, answer, endpoint)),
-                Err(None) if reused => {
-                    *retries += 1;
-                    self.backend.stats.retried("connection_closed");
-                }
-                Err(None) => return Err(Failed::Upstream("connection closed before answering")),
-                Err(Some(why)) => return Err(Failed::Upstream(why)),
-            }
-        }
-    }
-
-    /// Reads until a final answer head. `Err(None)`: the connection ended before any
-    /// byte of it.
-    async fn answer_head(
-        &self,
-        conn: &mut TcpStream,
-        up: &mut BytesMut,
-        down: &mut Vec<u8>,
-    ) -> Result<Answer, Option<&'static str>> {
-        let mut any = false;
-        loop {
-            if !up.is_empty() {
-                match response::parse(up, self.head_request, self.request_id, self.close, down) {
-                    Ok(Parsed::Final(answer)) => return Ok(answer),
-                    Ok(Parsed::Interim(n)) => {
-                        up.advance(n);
-                        continue;
-                    }
-                    Ok(Parsed::Partial) if up.len() < MAX_ANSWER_HEAD => {}
-                    Ok(Parsed::Partial) => return Err(Some("answer head too large")),
-                    Err(e) => {
-                        tracing::debug!(error = %e, "upstream answer refused");
-                        return Err(Some("invalid answer head"));
-                    }
-                }
-            }
-            match conn.read_buf(up).await {
-                Ok(0) | Err(_) if !any => return Err(None),
-                Ok(0) => return Err(Some("connection closed mid-head")),
-                Err(_) => return Err(Some("read failed mid-head")),
-                Ok(_) => any = true,
-            }
-        }
     }
 
     /// Passes the head and body on; returns the connection to the pool when the body

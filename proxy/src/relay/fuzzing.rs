@@ -33,7 +33,12 @@ pub fn chunked(data: &[u8], cut: usize) {
 /// `x-request-id` and no `Content-Length` beside `Transfer-Encoding`.
 pub fn answer(data: &[u8]) {
     let mut out = Vec::new();
-    if let Ok(Parsed::Final(a)) = response::parse(data, false, b"fuzz-id", false, &mut out) {
+    let mut head = response::ClientHead {
+        out: &mut out,
+        request_id: b"fuzz-id",
+        close: false,
+    };
+    if let Ok(Parsed::Final(a)) = response::parse(data, false, &mut head) {
         assert!(a.len <= data.len());
         let mut headers = [httparse::EMPTY_HEADER; 128];
         let mut again = httparse::Response::new(&mut headers);

@@ -23,8 +23,10 @@
 //! What a client and a backend see is the same either way, which the standalone tests
 //! check with the relay on.
 
+mod attempt;
 mod chunked;
 mod exchange;
+pub(crate) mod full_path;
 pub mod fuzzing;
 mod pool;
 mod prefixed;
@@ -39,6 +41,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+pub(crate) use full_path::RelayedBody;
 pub(crate) use pool::RelayPool;
 pub(crate) use prefixed::Prefixed;
 

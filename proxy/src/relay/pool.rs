@@ -17,6 +17,7 @@ pub(crate) struct RelayPool {
     /// Resolved once per worker: no registry lookup per request.
     pub(crate) relayed: metrics::Counter,
     pub(crate) handoffs: metrics::Counter,
+    pub(crate) byte_exchanges: metrics::Counter,
 }
 
 struct Inner {
@@ -42,6 +43,7 @@ impl RelayPool {
             inner,
             relayed: metrics::counter!(crate::telemetry::HTTP1_RELAYED_REQUESTS_TOTAL),
             handoffs: metrics::counter!(crate::telemetry::HTTP1_RELAY_HANDOFFS_TOTAL),
+            byte_exchanges: metrics::counter!(crate::telemetry::HTTP1_BYTE_EXCHANGES_TOTAL),
         }
     }
 
@@ -69,15 +71,12 @@ impl RelayPool {
     }
 
     pub(crate) fn put(&self, addr: SocketAddr, stream: TcpStream) {
-        let mut idle = self
-            .inner
-            .idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let stack = idle.entry(addr).or_default();
-        if stack.len() < self.inner.max_idle {
-            stack.push((stream, Instant::now()));
-        }
+        self.inner.put(addr, stream);
+    }
+
+    /// Where a body read after its exchange returns its connection.
+    pub(crate) fn handle(&self) -> PoolHandle {
+        PoolHandle(Arc::clone(&self.inner))
     }
 
     /// A new connection, within the connect timeout.
@@ -91,6 +90,25 @@ impl RelayPool {
             tracing::debug!(error = %e, "set_nodelay failed");
         }
         Ok(stream)
+    }
+}
+
+/// A pool's idle stacks, for a body that gives its connection back when it ends.
+pub(crate) struct PoolHandle(Arc<Inner>);
+
+impl PoolHandle {
+    pub(crate) fn put(&self, addr: SocketAddr, stream: TcpStream) {
+        self.0.put(addr, stream);
+    }
+}
+
+impl Inner {
+    fn put(&self, addr: SocketAddr, stream: TcpStream) {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        let stack = idle.entry(addr).or_default();
+        if stack.len() < self.max_idle {
+            stack.push((stream, Instant::now()));
+        }
     }
 }
 

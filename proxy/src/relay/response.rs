@@ -56,16 +56,62 @@ pub(super) enum Parsed {
     Final(Answer),
 }
 
-/// Parses the head at the start of `buf`, and on a final answer writes the client's
-/// head into `out`: the upstream's status and headers less [`NOT_COPIED`], the request
-/// ID, and `connection: close` when `close` (or the body is close-delimited).
-pub(super) fn parse(
-    buf: &[u8],
-    head_request: bool,
-    request_id: &[u8],
-    close: bool,
-    out: &mut Vec<u8>,
-) -> Result<Parsed, Bad> {
+/// Where a final answer's head goes, field by field: the relay's client head
+/// ([`ClientHead`]) or the full path's response (`super::full_path`).
+pub(super) trait HeadOut {
+    fn status(&mut self, status: u16, reason: &str);
+    /// A header the client gets (not one of [`NOT_COPIED`]).
+    fn header(&mut self, name: &str, value: &[u8]);
+    fn end(&mut self, framing: Framing);
+}
+
+/// The client's HTTP/1.1 head: the upstream's status and headers less [`NOT_COPIED`],
+/// the request ID, and `connection: close` when `close` (or the body is
+/// close-delimited).
+pub(super) struct ClientHead<'a> {
+    pub out: &'a mut Vec<u8>,
+    pub request_id: &'a [u8],
+    pub close: bool,
+}
+
+impl HeadOut for ClientHead<'_> {
+    fn status(&mut self, status: u16, reason: &str) {
+        let out = &mut *self.out;
+        out.clear();
+        out.extend_from_slice(b"HTTP/1.1 ");
+        // httparse reads exactly three digits.
+        out.extend_from_slice(&[
+            b'0' + (status / 100 % 10) as u8,
+            b'0' + (status / 10 % 10) as u8,
+            b'0' + (status % 10) as u8,
+        ]);
+        out.push(b' ');
+        out.extend_from_slice(reason.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+
+    fn header(&mut self, name: &str, value: &[u8]) {
+        let out = &mut *self.out;
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+
+    fn end(&mut self, framing: Framing) {
+        let out = &mut *self.out;
+        out.extend_from_slice(b"x-request-id: ");
+        out.extend_from_slice(self.request_id);
+        if self.close || framing == Framing::Close {
+            out.extend_from_slice(b"\r\nconnection: close");
+        }
+        out.extend_from_slice(b"\r\n\r\n");
+    }
+}
+
+/// Parses the head at the start of `buf`, and on a final answer gives `out` its status
+/// and the headers the client gets.
+pub(super) fn parse(buf: &[u8], head_request: bool, out: &mut impl HeadOut) -> Result<Parsed, Bad> {
     let mut headers = [httparse::EMPTY_HEADER; 100];
     let mut resp = httparse::Response::new(&mut headers);
     let len = match resp.parse(buf) {
@@ -120,36 +166,17 @@ pub(super) fn parse(
     } else {
         length.map_or(Framing::Close, Framing::Length)
     };
-    out.clear();
-    out.extend_from_slice(b"HTTP/1.1 ");
-    // httparse reads exactly three digits.
-    out.extend_from_slice(&[
-        b'0' + (status / 100 % 10) as u8,
-        b'0' + (status / 10 % 10) as u8,
-        b'0' + (status % 10) as u8,
-    ]);
-    out.push(b' ');
-    out.extend_from_slice(resp.reason.unwrap_or("").as_bytes());
-    out.extend_from_slice(b"\r\n");
+    out.status(status, resp.reason.unwrap_or(""));
     for h in resp.headers.iter() {
         let drop = skipped(h.name)
             // With Transfer-Encoding, Content-Length is not the framing (RFC 9112
             // §6.3): passing both on would let a later reader pick the other one.
             || (encoded && h.name.eq_ignore_ascii_case("content-length"));
-        if drop {
-            continue;
+        if !drop {
+            out.header(h.name, h.value);
         }
-        out.extend_from_slice(h.name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(h.value);
-        out.extend_from_slice(b"\r\n");
     }
-    out.extend_from_slice(b"x-request-id: ");
-    out.extend_from_slice(request_id);
-    if close || framing == Framing::Close {
-        out.extend_from_slice(b"\r\nconnection: close");
-    }
-    out.extend_from_slice(b"\r\n\r\n");
+    out.end(framing);
     Ok(Parsed::Final(Answer {
         status,
         len,
@@ -170,7 +197,12 @@ mod tests {
 
     fn answer(raw: &[u8], head: bool) -> (Answer, String) {
         let mut out = Vec::new();
-        match parse(raw, head, b"id-1", false, &mut out) {
+        let mut head_out = ClientHead {
+            out: &mut out,
+            request_id: b"id-1",
+            close: false,
+        };
+        match parse(raw, head, &mut head_out) {
             Ok(Parsed::Final(a)) => (a, String::from_utf8_lossy(&out).into_owned()),
             Ok(Parsed::Interim(_)) => panic!("interim"),
             Ok(Parsed::Partial) => panic!("partial"),
@@ -223,7 +255,12 @@ mod tests {
 
     #[test]
     fn refuses_conflicting_lengths_and_switching() {
-        let mut out = Vec::new();
+        let mut buf = Vec::new();
+        let mut out = ClientHead {
+            out: &mut buf,
+            request_id: b"id",
+            close: false,
+        };
         for raw in [
             &b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n"[..],
             b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
@@ -232,13 +269,13 @@ mod tests {
             b"HTTP/1.1 2000 OK\r\n\r\n",
         ] {
             assert!(
-                parse(raw, false, b"id", false, &mut out).is_err(),
+                parse(raw, false, &mut out).is_err(),
                 "{}",
                 String::from_utf8_lossy(raw)
             );
         }
         assert!(matches!(
-            parse(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200", false, b"id", false, &mut out),
+            parse(b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\nHTTP/1.1 200", false, &mut out),
             Ok(Parsed::Interim(n)) if n == 40
         ));
     }
