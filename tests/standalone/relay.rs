@@ -2,8 +2,9 @@
 //! answers (keep-alive, pipelining, `HEAD`, hop-by-hop and forged forwarding headers,
 //! chunked, length- and close-delimited bodies, a pooled connection the backend
 //! closed), and that a request it does not take is served by the full path on the same
-//! connection. The whole suite also runs with the relay on
-//! (`AETHER_TEST_EDGE_ARGS=--http1-relay`, docs/testing.md).
+//! connection; and HTTP/2 requests whose HTTP/1.1 upstream exchange goes as bytes on
+//! the relay's pool. The whole suite also runs with the relay off
+//! (`AETHER_TEST_EDGE_ARGS=--http1-relay=false`, docs/testing.md).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -377,7 +378,10 @@ async fn http2_requests_exchange_bytes_with_http1_upstreams() -> TestResult {
         ),
     )?;
     let backend = framing_backend(net.echo_a()).await?;
-    let _edge = env.spawn_edge_args("edge", &[env.manifests()], &[]).await?;
+    // Given here: the suite's second run turns the relay off on every other edge.
+    let _edge = env
+        .spawn_edge_args("edge", &[env.manifests()], &["--http1-relay"])
+        .await?;
     env.wait_listener(gw).await?;
     let exchanges = || metric(env.net, "aether_http1_byte_exchanges_total");
     let before = exchanges().await?;
