@@ -119,6 +119,8 @@ impl<'a> Attempt<'a> {
                     }
                 }
             }
+            // A head longer than the buffer grows it a kilobyte per read at least.
+            up.reserve(1024);
             match conn.read_buf(up).await {
                 Ok(0) | Err(_) if !any => return Err(None),
                 Ok(0) => return Err(Some("connection closed mid-head")),

@@ -29,7 +29,12 @@ use crate::http::ProxyError;
 use crate::upstream::attempts::Tried;
 use crate::upstream::record_failure;
 
-/// Bytes read at a time from the upstream (the head, then the body).
+/// The buffer an answer's head is read into: a usual head and a small body fit, and
+/// an allocation this size comes from glibc's per-thread cache (up to 1,032 bytes).
+/// 8 KiB per request went through `_int_malloc` and `malloc_consolidate` instead
+/// (about 3% of the core on h2c).
+const HEAD_BUF: usize = 1024;
+/// Bytes read at a time from the upstream for the rest of a body.
 const READ_BUF: usize = 8 * 1024;
 
 /// Whether this exchange can go as bytes: a bodiless `GET` or `HEAD` to a plain
@@ -66,7 +71,7 @@ pub(crate) async fn exchange(
         endpoint,
         head_request: parts.method == Method::HEAD,
     };
-    let mut up = BytesMut::with_capacity(READ_BUF);
+    let mut up = BytesMut::with_capacity(HEAD_BUF);
     let mut answer_head = ResponseHead::default();
     let mut retries = 0;
     tried.endpoint = Some(endpoint.addr);
