@@ -288,12 +288,10 @@ async fn framing_backend(addr: SocketAddr) -> Result<tokio::task::JoinHandle<()>
     }))
 }
 
-#[tokio::test]
-async fn relayed_bodies_keep_their_framing_and_a_closed_pooled_connection_is_redialled()
--> TestResult {
-    let env = TestEnv::new()?;
+/// One route to [`framing_backend`] on an edge with the relay on (given here: the
+/// suite's second run turns the relay off on every other edge).
+async fn framing_edge(env: &TestEnv) -> Result<(tokio::task::JoinHandle<()>, Proc), BoxError> {
     let net = env.net;
-    let gw = net.gw();
     env.write_manifest("infra.yaml", &standard_infra(net))?;
     env.write_manifest(
         "routes.yaml",
@@ -306,10 +304,20 @@ async fn relayed_bodies_keep_their_framing_and_a_closed_pooled_connection_is_red
         ),
     )?;
     let backend = framing_backend(net.echo_a()).await?;
-    let _edge = env
+    let edge = env
         .spawn_edge_args("edge", &[env.manifests()], &["--http1-relay"])
         .await?;
-    env.wait_listener(gw).await?;
+    env.wait_listener(net.gw()).await?;
+    Ok((backend, edge))
+}
+
+#[tokio::test]
+async fn relayed_bodies_keep_their_framing_and_a_closed_pooled_connection_is_redialled()
+-> TestResult {
+    let env = TestEnv::new()?;
+    let net = env.net;
+    let gw = net.gw();
+    let (backend, _edge) = framing_edge(&env).await?;
     let before = relayed(&env).await?;
 
     let mut conn = connect_from(net.client_ip(), gw).await?;
@@ -366,23 +374,7 @@ async fn http2_requests_exchange_bytes_with_http1_upstreams() -> TestResult {
     let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
-    env.write_manifest("infra.yaml", &standard_infra(net))?;
-    env.write_manifest(
-        "routes.yaml",
-        &route(
-            "default",
-            "r",
-            "edge",
-            &["framing.example.com"],
-            &[("PathPrefix", "/", "svc-a")],
-        ),
-    )?;
-    let backend = framing_backend(net.echo_a()).await?;
-    // Given here: the suite's second run turns the relay off on every other edge.
-    let _edge = env
-        .spawn_edge_args("edge", &[env.manifests()], &["--http1-relay"])
-        .await?;
-    env.wait_listener(gw).await?;
+    let (backend, _edge) = framing_edge(&env).await?;
     let exchanges = || metric(env.net, "aether_http1_byte_exchanges_total");
     let before = exchanges().await?;
 

@@ -390,12 +390,7 @@ async fn forward(
             &path_and_query,
             tried,
         );
-        let resp = match action.timeout {
-            Some(t) => tokio::time::timeout(t, exchange)
-                .await
-                .map_err(|_| ProxyError::Timeout)??,
-            None => exchange.await?,
-        };
+        let resp = within_rule_timeout(action.timeout, exchange).await?;
         return Ok((
             answered(resp.map(Either::Right), routed, chosen, cors_headers),
             None,
@@ -425,14 +420,7 @@ async fn forward(
         upgrade_proto.as_ref(),
         tried,
     );
-    let mut resp = match action.timeout {
-        // Dropping the exchange on expiry cancels the upstream request (and any
-        // retry): the rule's `request` timeout bounds every attempt together.
-        Some(t) => tokio::time::timeout(t, exchange)
-            .await
-            .map_err(|_| ProxyError::Timeout)??,
-        None => exchange.await?,
-    };
+    let mut resp = within_rule_timeout(action.timeout, exchange).await?;
     if extended_connect && resp.status() == StatusCode::OK {
         upgrade::to_switching(&mut resp, ws_key.as_ref());
     }
@@ -448,6 +436,20 @@ async fn forward(
         upgrade::restore_headers(resp.headers_mut(), proto);
     }
     Ok((resp, None))
+}
+
+/// `exchange`, bounded by the rule's `request` timeout: dropping it on expiry cancels
+/// the upstream request (and any retry), so the timeout bounds every attempt together.
+async fn within_rule_timeout<T>(
+    timeout: Option<std::time::Duration>,
+    exchange: impl std::future::Future<Output = Result<T, ProxyError>>,
+) -> Result<T, ProxyError> {
+    match timeout {
+        Some(t) => tokio::time::timeout(t, exchange)
+            .await
+            .map_err(|_| ProxyError::Timeout)?,
+        None => exchange.await,
+    }
 }
 
 /// The upstream's answer as the client gets it: hop-by-hop headers out, the rule's and
