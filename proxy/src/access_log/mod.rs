@@ -2,21 +2,23 @@
 //! request path.
 //!
 //! A request that is logged (sampled) carries a boxed [`HttpRecord`]: what it arrived
-//! with (target, authority, user agent, IDs) copied into one buffer that comes back
-//! with the box for the next record, and the matched rule's `Arc`; the record travels with the response body and is handed to a bounded
-//! channel when the body ends. A writer thread formats it (JSON or text) and writes
-//! stdout. The request path never formats, never waits: when the channel is full the
+//! with (target, authority, user agent, IDs) copied into one buffer, and the matched
+//! rule's `Arc`; the record travels with the response body. When the body ends, the
+//! thread that sent it formats the line (JSON or text) into a ring of its own (see
+//! `ring`), and a writer thread writes the rings to stdout. The request path never
+//! writes and never waits: when its ring is full (stdout slower than the traffic) the
 //! line is dropped and counted in `aether_access_log_dropped_total`.
 
 mod body;
 mod format;
 mod record;
-mod recycle;
+mod ring;
 mod writer;
 
-use std::io::Write;
-use std::sync::mpsc::{self, SyncSender, TrySendError};
-use std::time::Duration;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::time::{Duration, Instant};
 
 use metrics::Counter;
 
@@ -94,23 +96,18 @@ impl Settings {
     };
 }
 
-/// Lines waiting for the writer. A burst larger than this while stdout is slow loses
-/// lines (counted) rather than holding requests or growing memory without bound; each
-/// slot is one pointer.
-pub const CAPACITY: usize = 8192;
-
-/// What the writer thread receives.
-enum Entry {
-    Http(Box<HttpRecord>),
-    L4(Box<L4Record>),
-    /// Write everything before this, flush, and say so.
-    Flush(SyncSender<()>),
-}
-
-/// The access log of the process: settings and the writer's channel.
+/// The access log of the process: settings, and the way to the writer thread.
 pub struct AccessLog {
     settings: Settings,
-    tx: SyncSender<Entry>,
+    /// Where a thread's first line sends its ring's reading end.
+    new_rings: Sender<ring::Reader>,
+    writer: OnceLock<std::thread::Thread>,
+    /// Flushes asked for, and the last one the writer has done: a flush waits for its
+    /// number to be done.
+    flush_asked: AtomicU64,
+    flushed: AtomicU64,
+    /// The writer's output failed for good.
+    stopped: AtomicBool,
     dropped: Counter,
 }
 
@@ -120,15 +117,21 @@ impl AccessLog {
     /// process, so requests can hold a plain `&'static` instead of an `Arc` to bump.
     pub fn start(
         settings: Settings,
-        out: Box<dyn Write + Send>,
+        out: Box<dyn std::io::Write + Send>,
     ) -> std::io::Result<&'static AccessLog> {
-        let (tx, rx) = mpsc::sync_channel(CAPACITY);
-        writer::spawn(settings.format, rx, out)?;
-        Ok(Box::leak(Box::new(AccessLog {
+        let (new_rings, rings) = mpsc::channel();
+        let log: &'static AccessLog = Box::leak(Box::new(AccessLog {
             settings,
-            tx,
+            new_rings,
+            writer: OnceLock::new(),
+            flush_asked: AtomicU64::new(0),
+            flushed: AtomicU64::new(0),
+            stopped: AtomicBool::new(false),
             dropped: metrics::counter!(telemetry::ACCESS_LOG_DROPPED_TOTAL),
-        })))
+        }));
+        let writer = writer::spawn(log, rings, out)?;
+        let _ = log.writer.set(writer);
+        Ok(log)
     }
 
     /// Is this request or connection logged? Decided when it starts, so that one not
@@ -137,44 +140,39 @@ impl AccessLog {
         self.settings.sample >= 1.0 || fastrand::f64() < self.settings.sample
     }
 
-    fn send(&self, entry: Entry) {
-        match self.tx.try_send(entry) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => self.dropped.increment(1),
-            // The writer is gone (its output failed for good): nothing to write to.
-            Err(TrySendError::Disconnected(_)) => self.dropped.increment(1),
+    /// Formats a line on this thread and hands it to the writer, or counts it dropped.
+    fn put(&self, render: impl FnOnce(&mut format::LineWriter, &mut Vec<u8>)) {
+        let put = !self.stopped.load(Ordering::Relaxed)
+            && ring::put(self, &self.new_rings, self.settings.format, render);
+        if !put {
+            self.dropped.increment(1);
         }
     }
 
     pub(crate) fn http(&self, record: Box<HttpRecord>) {
         if self.settings.statuses.contains(record.status) {
-            self.send(Entry::Http(record));
+            self.put(|w, out| w.write_line(&format::http_fields(&record), out));
         }
     }
 
     pub fn l4(&self, record: Box<L4Record>) {
-        self.send(Entry::L4(record));
+        self.put(|w, out| w.write_line(&format::l4_fields(&record), out));
     }
 
-    /// Blocks until every line sent so far is written and flushed, or `timeout`
+    /// Blocks until every line put so far is written and flushed, or `timeout`
     /// passes: call at exit, from a thread that may block.
     pub fn flush(&self, timeout: Duration) {
-        let (ack_tx, ack_rx) = mpsc::sync_channel(1);
-        let deadline = std::time::Instant::now() + timeout;
-        let mut entry = Entry::Flush(ack_tx);
-        // The channel may be full for a moment; retry until the deadline.
-        loop {
-            match self.tx.try_send(entry) {
-                Ok(()) => break,
-                Err(TrySendError::Full(e)) if std::time::Instant::now() < deadline => {
-                    entry = e;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(_) => return,
-            }
+        let deadline = Instant::now() + timeout;
+        let want = self.flush_asked.fetch_add(1, Ordering::AcqRel) + 1;
+        if let Some(writer) = self.writer.get() {
+            writer.unpark();
         }
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let _ = ack_rx.recv_timeout(left);
+        while self.flushed.load(Ordering::Acquire) < want
+            && !self.stopped.load(Ordering::Acquire)
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
 

@@ -1,6 +1,6 @@
-//! What one access-log line says, gathered on the request path (the request's logged
-//! fields copied into one recycled buffer, the matched rule's and listener's `Arc`s)
-//! and formatted only on the writer thread.
+//! What one access-log line says, gathered on the request path: the request's logged
+//! fields copied into one buffer, the matched rule's and listener's `Arc`s, and what
+//! the answer was, until the response ends and the line is formatted.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -15,10 +15,6 @@ use crate::l4::L4Target;
 use crate::routing::RuleAction;
 use crate::snapshot::Listener;
 use crate::trace::{TRACEPARENT, X_REQUEST_ID};
-
-/// The longest relayed head a returned box keeps for reuse (typical heads are 100-300
-/// bytes).
-pub(super) const HEAD_KEPT: usize = 512;
 
 /// One HTTP request's line.
 pub struct HttpRecord {
@@ -55,14 +51,6 @@ pub struct HttpRecord {
     /// The response body was sent to its end (false: the client went away first, or
     /// the upstream body failed).
     pub(super) complete: bool,
-    /// Where the writer returns the record once formatted (see `recycle`).
-    pub(super) home: Option<super::recycle::Home>,
-    /// The copy of the request's logged fields ([`HeadCopy`]) that the fields above
-    /// share. [`Self::clear`] keeps it, so the buffer goes back with the box and the
-    /// worker's next record reuses it: freed on the writer thread, every record's
-    /// buffer left the worker's tcache for good and the worker paid `_int_malloc` for
-    /// the next one (1.3% of its core at 41-51k req/s, keep-alive, log on).
-    pub(super) head: bytes::Bytes,
 }
 
 /// Starts a record for `req` when access logging is on and samples this request.
@@ -83,21 +71,17 @@ pub fn begin_http<B: hyper::body::Body>(
     let authority = uri
         .authority()
         .map_or_else(|| bytes(header::HOST), |a| a.as_str().as_bytes());
-    let mut spare = super::recycle::take_spare();
-    // Copied, not cloned: a clone shares the request's buffers (an HTTP/2 request's
-    // decoded header block), which then live until the writer thread drops the record
-    // and are freed there, so the worker allocates their successors anew (on h2c the
-    // log cost 17% of req/s this way, against 4.5% on the relay's copied records).
-    let f = HeadCopy::new(
-        &mut spare,
-        [
-            uri.path_and_query().map_or("", |t| t.as_str()).as_bytes(),
-            authority,
-            bytes(header::USER_AGENT),
-            bytes(X_REQUEST_ID),
-            bytes(TRACEPARENT),
-        ],
-    );
+    // Copied, not cloned: a clone shares the request's buffers (an HTTP/1.1
+    // connection's read buffer, an HTTP/2 request's decoded header block) and keeps
+    // them until the response ends, so the connection could not reuse its buffer in
+    // place.
+    let f = HeadCopy::new([
+        uri.path_and_query().map_or("", |t| t.as_str()).as_bytes(),
+        authority,
+        bytes(header::USER_AGENT),
+        bytes(X_REQUEST_ID),
+        bytes(TRACEPARENT),
+    ]);
     let record = HttpRecord {
         log,
         time: SystemTime::now(),
@@ -121,31 +105,23 @@ pub fn begin_http<B: hyper::body::Body>(
         upstream_time: None,
         retries: 0,
         complete: false,
-        home: None,
-        head: f.buf,
     };
-    Some(super::recycle::place(spare, record))
+    Some(Box::new(record))
 }
 
 /// A request's logged fields (target, authority, user agent, request ID,
 /// traceparent) copied into one buffer the record's values share: two allocations
-/// per record (this and the box) instead of six, and none in steady state, where the
-/// buffer is the one a returned box brought back.
+/// per record (this and the box) instead of six, both freed on the thread that made
+/// them (the one that formats the line), where the allocator's thread cache takes them
+/// back for the next record.
 struct HeadCopy {
     buf: bytes::Bytes,
     ends: [usize; 5],
 }
 
 impl HeadCopy {
-    fn new(spare: &mut Option<Box<HttpRecord>>, fields: [&[u8]; 5]) -> Self {
-        // The returned box's buffer, once the writer has dropped every field sharing
-        // it.
-        let mut buf = spare
-            .as_mut()
-            .and_then(|b| std::mem::take(&mut b.head).try_into_mut().ok())
-            .unwrap_or_default();
-        buf.clear();
-        buf.reserve(fields.iter().map(|f| f.len()).sum());
+    fn new(fields: [&[u8]; 5]) -> Self {
+        let mut buf = bytes::BytesMut::with_capacity(fields.iter().map(|f| f.len()).sum());
         let mut ends = [0usize; 5];
         for (end, f) in ends.iter_mut().zip(fields) {
             buf.extend_from_slice(f);
@@ -188,17 +164,13 @@ impl HttpRecord {
     /// relay's requests have no body and are HTTP/1.1.
     pub(crate) fn relayed(log: Option<&'static AccessLog>, r: &Relayed<'_>) -> Option<Box<Self>> {
         let log = log.filter(|l| l.sampled())?;
-        let mut spare = super::recycle::take_spare();
-        let f = HeadCopy::new(
-            &mut spare,
-            [
-                r.target.as_bytes(),
-                r.host.as_bytes(),
-                r.user_agent.unwrap_or_default(),
-                r.request_id,
-                r.traceparent.unwrap_or_default(),
-            ],
-        );
+        let f = HeadCopy::new([
+            r.target.as_bytes(),
+            r.host.as_bytes(),
+            r.user_agent.unwrap_or_default(),
+            r.request_id,
+            r.traceparent.unwrap_or_default(),
+        ]);
         let record = HttpRecord {
             log,
             time: SystemTime::now(),
@@ -222,33 +194,14 @@ impl HttpRecord {
             upstream_time: None,
             retries: 0,
             complete: false,
-            home: None,
-            head: f.buf,
         };
-        Some(super::recycle::place(spare, record))
+        Some(Box::new(record))
     }
 
     /// The target's path: what the line says, without the query.
     pub(super) fn path(&self) -> &[u8] {
         let end = query_start(&self.target);
         &self.target[..end]
-    }
-
-    /// Drops what the record holds of its request (clones sharing the request's
-    /// buffers, the listener and rule): the box stays, for another record.
-    pub(super) fn clear(&mut self) {
-        self.listener = None;
-        self.rule = None;
-        self.target = bytes::Bytes::new();
-        self.host = None;
-        self.user_agent = None;
-        self.request_id = None;
-        self.traceparent = None;
-        self.request_bytes = None;
-        // Up to 2,048 boxes wait per worker: an outsized head (a long URL) is not kept.
-        if self.head.len() > HEAD_KEPT {
-            self.head = bytes::Bytes::new();
-        }
     }
 
     /// Ends a relayed request's record: `sent` body bytes, all of them or not.

@@ -210,135 +210,85 @@ fn lines_render_times_durations_and_addresses_as_fmt_does() {
     }
 }
 
-/// A formatted record's box goes back to the thread that made it, emptied: that
-/// thread's next record reuses it.
+/// A logged record lets go of what it held of its request as soon as its line is
+/// put: nothing waits for the writer (a removed route's series, a request's buffers).
 #[tokio::test]
-async fn formatted_records_come_back_to_their_thread_emptied() {
+async fn a_logged_record_lets_go_of_its_request() {
     let (log, sink) = start(Format::Text, "1xx,2xx,3xx,4xx,5xx");
     let conn = conn_info();
-    let req = |path: &str| {
-        Request::builder()
-            .uri(path)
-            .body(Full::new(Bytes::from_static(b"body")))
-            .unwrap()
-    };
-    let mut first = begin_http(Some(log), &conn, &req("/first"), 0, Instant::now()).unwrap();
-    first.set_answer(200, None);
-    let counter = first.request_counter().unwrap();
-    let first_at = std::ptr::from_ref::<HttpRecord>(&first) as usize;
-    log.http(first);
+    let req = Request::builder()
+        .uri("/first")
+        .body(Full::new(Bytes::from_static(b"body")))
+        .unwrap();
+    let mut record = begin_http(Some(log), &conn, &req, 0, Instant::now()).unwrap();
+    record.set_answer(200, None);
+    let counter = record.request_counter().unwrap();
+    log.http(record);
+    assert_eq!(Arc::strong_count(&counter), 1, "the record let go");
     assert!(lines(log, &sink).contains("path=/first"));
-    // Let go as soon as it is written: a returned box must not keep a request's
-    // buffers, or a removed route's series, alive until the next request.
-    assert_eq!(
-        Arc::strong_count(&counter),
-        1,
-        "the first request's counter let go"
-    );
-
-    let second = begin_http(Some(log), &conn, &req("/second"), 0, Instant::now()).unwrap();
-    assert_eq!(std::ptr::from_ref::<HttpRecord>(&second) as usize, first_at);
-    assert_eq!(second.path(), b"/second");
 }
 
-/// A relayed record's head buffer comes back with its box, and the next relayed record
-/// of that thread reuses it with its own fields; an outsized head is not kept.
-#[tokio::test]
-async fn relayed_records_reuse_their_head_buffer() {
-    let (log, sink) = start(Format::Text, "1xx,2xx,3xx,4xx,5xx");
-    fn relayed(target: &str) -> Relayed<'_> {
-        Relayed {
-            started: Instant::now(),
-            client: "127.0.0.9".parse().unwrap(),
-            method: http::Method::GET,
-            target,
-            host: "a.example.com",
-            user_agent: Some(b"ua"),
-            request_id: b"req-1",
-            traceparent: None,
-        }
+fn relayed(target: &str) -> Relayed<'_> {
+    Relayed {
+        started: Instant::now(),
+        client: "127.0.0.9".parse().unwrap(),
+        method: http::Method::GET,
+        target,
+        host: "a.example.com",
+        user_agent: Some(b"ua"),
+        request_id: b"req-1",
+        traceparent: None,
     }
-    let logged = |target: &str| {
-        let mut record = HttpRecord::relayed(Some(log), &relayed(target)).unwrap();
-        record.set_answer(200, None);
-        let buffer = record.head.as_ptr() as usize;
-        log.http(record);
-        assert!(lines(log, &sink).contains(&format!("path={target}")));
-        buffer
-    };
-    let first = logged("/first");
-    let again = HttpRecord::relayed(Some(log), &relayed("/again")).unwrap();
-    assert_eq!(
-        again.head.as_ptr() as usize,
-        first,
-        "the head buffer was reused"
-    );
-    assert_eq!(again.path(), b"/again");
-    assert_eq!(again.host.as_ref().unwrap(), "a.example.com");
-    assert_eq!(again.request_id.as_ref().unwrap(), "req-1");
-    drop(again);
-
-    let long = format!("/{}", "x".repeat(super::record::HEAD_KEPT));
-    logged(&long);
-    let spare = super::recycle::take_spare().expect("the box came back");
-    assert!(spare.head.is_empty(), "an outsized head was kept");
 }
 
-/// A full-path record copies its fields into the buffer its returned box brings back,
-/// as a relayed one does: an HTTP/2 request's URI carries the authority, and the line
-/// says the same as it would from the request's own values.
+/// A relayed record says what the relay read of the request.
 #[tokio::test]
-async fn full_path_records_copy_their_fields_into_a_reused_buffer() {
+async fn relayed_records_copy_their_fields() {
+    let (log, sink) = start(Format::Text, "1xx,2xx,3xx,4xx,5xx");
+    let mut record = HttpRecord::relayed(Some(log), &relayed("/first?q=1")).unwrap();
+    record.set_answer(200, None);
+    assert_eq!(record.path(), b"/first");
+    log.http(record);
+    let line = lines(log, &sink);
+    for want in [
+        "path=/first ",
+        "authority=a.example.com",
+        "request_id=req-1",
+        "user_agent=ua",
+        "protocol=HTTP/1.1",
+    ] {
+        assert!(line.contains(want), "{want} in {line}");
+    }
+}
+
+/// A full-path record copies its fields, as a relayed one does: an HTTP/2 request's URI
+/// carries the authority, and the line says the same as it would from the request's
+/// own values.
+#[tokio::test]
+async fn full_path_records_copy_their_fields() {
     let (log, sink) = start(Format::Text, "1xx,2xx,3xx,4xx,5xx");
     let conn = conn_info();
-    let req = |uri: &str| {
-        Request::builder()
-            .version(http::Version::HTTP_2)
-            .uri(uri)
-            .header("user-agent", "h2load")
-            .header("x-request-id", "req-7")
-            .body(Full::new(Bytes::new()))
-            .unwrap()
-    };
-    let mut first = begin_http(
-        Some(log),
-        &conn,
-        &req("http://a.example.com/first?q=1"),
-        0,
-        Instant::now(),
-    )
-    .unwrap();
-    first.set_answer(200, None);
-    let buffer = first.head.as_ptr() as usize;
-    assert!(!first.head.is_empty(), "the fields were copied");
-    log.http(first);
+    let req = Request::builder()
+        .version(http::Version::HTTP_2)
+        .uri("http://a.example.com/first?q=1")
+        .header("user-agent", "h2load")
+        .header("x-request-id", "req-7")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let mut record = begin_http(Some(log), &conn, &req, 0, Instant::now()).unwrap();
+    record.set_answer(200, None);
+    drop(req);
+    log.http(record);
     let line = lines(log, &sink);
     for want in [
         "authority=a.example.com",
-        "path=/first",
+        "path=/first ",
         "user_agent=h2load",
         "request_id=req-7",
         "protocol=HTTP/2",
     ] {
         assert!(line.contains(want), "{want} in {line}");
     }
-
-    let second = begin_http(
-        Some(log),
-        &conn,
-        &req("http://b.example.com/second"),
-        0,
-        Instant::now(),
-    )
-    .unwrap();
-    assert_eq!(
-        second.head.as_ptr() as usize,
-        buffer,
-        "the buffer was reused"
-    );
-    assert_eq!(second.path(), b"/second");
-    assert_eq!(second.host.as_ref().unwrap(), "b.example.com");
-    drop(second);
 
     // CONNECT's authority-form target has no path to copy: logged from the request.
     let connect = Request::builder()
@@ -351,4 +301,113 @@ async fn full_path_records_copy_their_fields_into_a_reused_buffer() {
     log.http(record);
     let line = lines(log, &sink);
     assert!(line.contains("authority=c.example.com:443"), "{line}");
+}
+
+/// Lines put by several threads at once all arrive, each whole: every thread has its
+/// own ring, and a thread that ended leaves its lines to be written.
+#[test]
+fn lines_from_several_threads_all_arrive_whole() {
+    let (log, sink) = start(Format::Json, "1xx,2xx,3xx,4xx,5xx");
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            std::thread::spawn(move || {
+                for i in 0..500 {
+                    let target = format!("/t{t}/{i}");
+                    let mut record = HttpRecord::relayed(Some(log), &relayed(&target)).unwrap();
+                    record.set_answer(200, None);
+                    log.http(record);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let text = lines(log, &sink);
+    let mut paths: Vec<String> = text
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a whole JSON line");
+            v["path"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    paths.sort();
+    let mut want: Vec<String> = (0..4)
+        .flat_map(|t| (0..500).map(move |i| format!("/t{t}/{i}")))
+        .collect();
+    want.sort();
+    assert_eq!(paths, want);
+}
+
+/// An output that takes nothing until the test opens it.
+#[derive(Clone)]
+struct Gated {
+    open: Arc<(Mutex<bool>, std::sync::Condvar)>,
+    sink: Shared,
+}
+
+impl Write for Gated {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let (open, changed) = &*self.open;
+        let mut open = open.lock().map_err(|_| std::io::ErrorKind::Other)?;
+        while !*open {
+            open = changed.wait(open).map_err(|_| std::io::ErrorKind::Other)?;
+        }
+        drop(open);
+        self.sink.write(b)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// While the output takes nothing, a thread's lines fill its ring and are then refused
+/// at once, never waited for; the ones taken are written, whole, when the output comes
+/// back.
+#[test]
+fn a_full_ring_refuses_lines_without_waiting() {
+    let gated = Gated {
+        open: Arc::new((Mutex::new(false), std::sync::Condvar::new())),
+        sink: Shared::default(),
+    };
+    let settings = Settings {
+        format: Format::Text,
+        sample: 1.0,
+        statuses: StatusClasses::ALL,
+    };
+    let log = AccessLog::start(settings, Box::new(gated.clone())).unwrap();
+    let line = "x".repeat(1000);
+    let put = |i: usize| {
+        super::ring::put(log, &log.new_rings, Format::Text, |_, out| {
+            out.extend_from_slice(format!("{i} {line}\n").as_bytes());
+        })
+    };
+    let mut taken = 0;
+    while put(taken) {
+        taken += 1;
+        assert!(
+            taken <= super::ring::RING / 1000,
+            "more taken than the ring holds"
+        );
+    }
+    assert!(
+        taken >= super::ring::RING / 1010,
+        "only {taken} lines taken"
+    );
+    let refused_at = Instant::now();
+    assert!(!put(taken), "a full ring refuses");
+    assert!(refused_at.elapsed() < Duration::from_millis(100));
+
+    *gated.open.0.lock().unwrap() = true;
+    gated.open.1.notify_all();
+    let text = lines(log, &gated.sink);
+    let got: Vec<usize> = text
+        .lines()
+        .map(|l| {
+            let (i, rest) = l.split_once(' ').unwrap();
+            assert_eq!(rest, line, "a whole line");
+            i.parse().unwrap()
+        })
+        .collect();
+    assert_eq!(got, (0..taken).collect::<Vec<_>>());
 }

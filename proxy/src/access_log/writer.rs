@@ -1,94 +1,91 @@
-//! The writer thread: formats records and writes them out in batches. A thread, not a
-//! task: writing stdout blocks (a slow pipe, a full disk), and that must stall only
-//! the log, never a tokio worker. It polls the channel on a short timer, so a request
-//! handing over its line never has to wake it.
+//! The writer thread: drains every thread's ring of formatted lines and writes them
+//! out. A thread, not a task: writing stdout blocks (a slow pipe, a full disk), and that
+//! must stall only the log, never a tokio worker. It polls the rings on a short timer,
+//! so a request putting its line never has to wake it.
 
 use std::io::Write;
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
-use super::format::{LineWriter, http_fields, l4_fields};
-use super::{Entry, Format};
+use super::AccessLog;
+use super::ring::{RING, Reader};
 
-/// Lines are gathered up to about this many bytes before a write.
-const BATCH: usize = 64 * 1024;
 /// How long the writer sleeps after finding lines, and at most when idle. The writer
-/// polls instead of blocking on the channel: a receiver blocked in `recv` must be woken
-/// by every send, a futex wake and a context switch per request that cost the request
-/// path more than formatting the line (measured: a third of a core at 12k req/s). At
-/// 10 ms, the 8,192 slots absorb 800k lines/s; an idle edge wakes 10 times a second.
+/// polls instead of being woken: a wake per line is a futex call and a context switch
+/// per request that cost the request path more than its line (measured: a third of a
+/// core at 12k req/s). An idle edge wakes 10 times a second.
 const BUSY_INTERVAL: Duration = Duration::from_millis(10);
 const IDLE_INTERVAL: Duration = Duration::from_millis(100);
+/// After a pass that found a ring a quarter full: the traffic would fill it before
+/// the next busy pass.
+const FILLING_INTERVAL: Duration = Duration::from_millis(1);
 
 pub(super) fn spawn(
-    format: Format,
-    rx: Receiver<Entry>,
+    log: &'static AccessLog,
+    new_rings: Receiver<Reader>,
     out: Box<dyn Write + Send>,
-) -> std::io::Result<()> {
-    std::thread::Builder::new()
+) -> std::io::Result<std::thread::Thread> {
+    let handle = std::thread::Builder::new()
         .name("access-log".to_owned())
-        .spawn(move || run(format, &rx, out))?;
-    Ok(())
+        .spawn(move || run(log, &new_rings, out))?;
+    Ok(handle.thread().clone())
 }
 
-fn run(format: Format, rx: &Receiver<Entry>, mut out: Box<dyn Write + Send>) {
-    let mut buf = Vec::with_capacity(BATCH);
-    let mut lines = LineWriter::new(format);
-    let mut acks = Vec::new();
+fn run(log: &'static AccessLog, new_rings: &Receiver<Reader>, mut out: Box<dyn Write + Send>) {
+    let mut rings: Vec<Reader> = Vec::new();
     let mut idle = BUSY_INTERVAL;
     loop {
-        let mut wrote = false;
-        // Everything waiting, a batch per write.
-        loop {
-            let entry = match rx.try_recv() {
-                Ok(e) => e,
-                Err(TryRecvError::Empty) => break,
-                // Every sender is gone: the process is ending.
-                Err(TryRecvError::Disconnected) => {
-                    let _ = out.write_all(&buf).and_then(|()| out.flush());
-                    return;
-                }
-            };
-            match entry {
-                Entry::Http(r) => {
-                    lines.write_line(&http_fields(&r), &mut buf);
-                    super::recycle::give_back(r);
-                }
-                Entry::L4(r) => lines.write_line(&l4_fields(&r), &mut buf),
-                Entry::Flush(ack) => acks.push(ack),
+        // Read first: every line put before a flush was asked is in a ring (or a ring
+        // on its way) by now, and is written in this pass.
+        let asked = log.flush_asked.load(Ordering::Acquire);
+        rings.extend(new_rings.try_iter());
+        let mut most = 0;
+        for ring in &mut rings {
+            match drain(ring, &mut out) {
+                Ok(n) => most = most.max(n),
+                Err(e) => return stop(log, &e),
             }
-            if buf.len() >= BATCH && !write(&mut out, &mut buf) {
-                return;
-            }
-            wrote = true;
         }
-        if !write(&mut out, &mut buf) {
-            return;
+        if most > 0
+            && let Err(e) = out.flush()
+        {
+            return stop(log, &e);
         }
-        for ack in acks.drain(..) {
-            let _ = ack.try_send(());
-        }
-        // Back off while nothing comes; come back soon while lines flow.
-        idle = if wrote {
+        // A thread that ended leaves its ring; what it put is written above.
+        rings.retain(|r| !(r.is_abandoned() && r.is_empty()));
+        log.flushed.store(asked, Ordering::Release);
+        idle = if most > RING / 4 {
+            FILLING_INTERVAL
+        } else if most > 0 {
             BUSY_INTERVAL
         } else {
             (idle * 2).min(IDLE_INTERVAL)
         };
-        std::thread::sleep(idle);
+        std::thread::park_timeout(idle);
     }
 }
 
-/// Writes and flushes `buf`, then empties it; false when the output failed for good.
-fn write(out: &mut Box<dyn Write + Send>, buf: &mut Vec<u8>) -> bool {
-    if buf.is_empty() {
-        return true;
+/// Writes what `ring` holds (whole lines: a worker commits a line at a time); the
+/// number of bytes.
+fn drain(ring: &mut Reader, out: &mut Box<dyn Write + Send>) -> std::io::Result<usize> {
+    let n = ring.slots();
+    if n == 0 {
+        return Ok(0);
     }
-    if let Err(e) = out.write_all(buf).and_then(|()| out.flush()) {
-        // Nowhere to write lines any more (stdout closed): say so once and stop;
-        // senders then count their lines as dropped.
-        tracing::error!(error = %e, "cannot write the access log; access logging stops");
-        return false;
-    }
-    buf.clear();
-    true
+    let Ok(chunk) = ring.read_chunk(n) else {
+        return Ok(0);
+    };
+    let (first, second) = chunk.as_slices();
+    out.write_all(first)?;
+    out.write_all(second)?;
+    chunk.commit_all();
+    Ok(n)
+}
+
+/// Nowhere to write lines any more (stdout closed): say so once and stop; the rings
+/// fill and their lines are counted as dropped.
+fn stop(log: &AccessLog, e: &std::io::Error) {
+    tracing::error!(error = %e, "cannot write the access log; access logging stops");
+    log.stopped.store(true, Ordering::Release);
 }
