@@ -8,6 +8,7 @@ mod headers;
 mod integrity;
 mod mirror;
 pub(crate) mod outbound;
+mod rule_timeout;
 mod upgrade;
 
 use std::convert::Infallible;
@@ -29,6 +30,7 @@ use crate::access_log::{self, HttpRecord, LoggedBody, RequestBody};
 use crate::relay::{RelayedBody, full_path};
 use crate::state::ProxyState;
 use crate::upstream::{UpstreamBody, Upstreams, attempts};
+use rule_timeout::within_rule_timeout;
 
 use crate::backend::{Pick, UpstreamProtocol};
 use crate::cors::Cors;
@@ -115,8 +117,33 @@ pub async fn handle(
         access_log::begin_http(state.access_log, &conn, &req, state.trusted_hops, started);
     let counter = record.as_ref().and_then(|r| r.request_counter());
     let req = req.map(|b| RequestBody::new(b, counter));
-    let (mut resp, status, reason) =
-        answer(&state, &conn, req, started, &mut record, &mut span).await;
+    // The phases before and after forwarding are plain functions, so the one await is
+    // here and this future holds the forwarding future directly: each async level
+    // between would add its own copy of the request and of everything below it (the
+    // futures are copied whole as they are built).
+    let (routed, grpc) = match admit(&state, &conn, &req, started, &mut record, &mut span) {
+        Admitted::Answered(answer) => return Ok(respond(answer, request_id, record, span)),
+        Admitted::Routed(routed, grpc) => (routed, grpc),
+    };
+    let mut tried = attempts::Tried::default();
+    let result = forward(&state, &conn, &routed, req, &mut tried).await;
+    let after = After {
+        routed: &routed,
+        grpc,
+        tried: &tried,
+        started,
+    };
+    let answer = settle(result, &after, &mut record, &mut span);
+    Ok(respond(answer, request_id, record, span))
+}
+
+/// The client's response: the request ID, and the record and span ended with its body.
+fn respond(
+    (mut resp, status, reason): Answer,
+    request_id: HeaderValue,
+    mut record: Record,
+    mut span: Span,
+) -> Response<LoggedBody> {
     resp.headers_mut().insert(trace::X_REQUEST_ID, request_id);
     if let Some(r) = record.as_mut() {
         r.set_answer(status.as_u16(), reason);
@@ -124,48 +151,68 @@ pub async fn handle(
     if let Some(s) = span.as_mut() {
         s.set_answer(status.as_u16(), reason);
     }
-    Ok(resp.map(|b| LoggedBody::new(b, record).traced(span)))
+    resp.map(|b| LoggedBody::new(b, record).traced(span))
 }
 
-/// The answer to a request, the status it counts as (the HTTP one, also when a gRPC
-/// client is told in gRPC terms), and why the edge answered itself, if it did.
-async fn answer(
+/// An answer with the status it counts as (the HTTP one, also when a gRPC client is
+/// told in gRPC terms) and why the edge answered itself, if it did.
+type Answer = (Response<ResponseBody>, StatusCode, Option<&'static str>);
+
+/// What the checks before forwarding decided.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "returned at once, never held across an await; a box would add an allocation to every answer the edge makes"
+)]
+enum Admitted {
+    /// Answered at the edge: overloaded, invalid, too large, or no route.
+    Answered(Answer),
+    /// The request matched a rule; whether the client speaks gRPC.
+    Routed(Routed, bool),
+}
+
+/// The checks before forwarding, and routing.
+fn admit(
     state: &Arc<ProxyState>,
     conn: &ConnInfo,
-    req: Req,
+    req: &Req,
     started: Instant,
     record: &mut Record,
     span: &mut Span,
-) -> (Response<ResponseBody>, StatusCode, Option<&'static str>) {
+) -> Admitted {
     if state.shedding.load(Ordering::Relaxed) {
         metrics::counter!(crate::telemetry::OVERLOAD_SHED_TOTAL, "what" => "request").increment(1);
         let mut resp = local_response(StatusCode::SERVICE_UNAVAILABLE, "overloaded\n");
         resp.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        return (resp, StatusCode::SERVICE_UNAVAILABLE, Some("overloaded"));
+        return Admitted::Answered((resp, StatusCode::SERVICE_UNAVAILABLE, Some("overloaded")));
     }
-    if let Err(why) = integrity::check(&req) {
+    if let Err(why) = integrity::check(req) {
         metrics::counter!(crate::telemetry::REQUESTS_REFUSED_TOTAL, "reason" => "integrity")
             .increment(1);
         let err = ProxyError::BadRequest(why);
-        return (
+        return Admitted::Answered((
             err.into_response(),
             StatusCode::BAD_REQUEST,
             Some("invalid_request"),
-        );
+        ));
     }
     if let Some(limit) = state.max_request_body
-        && announced_body(&req).is_some_and(|n| n > limit)
+        && announced_body(req).is_some_and(|n| n > limit)
     {
         metrics::counter!(crate::telemetry::REQUESTS_REFUSED_TOTAL, "reason" => "body_too_large")
             .increment(1);
         let status = StatusCode::PAYLOAD_TOO_LARGE;
         let resp = local_response(status, "request body too large\n");
-        return (resp, status, Some("body_too_large"));
+        return Admitted::Answered((resp, status, Some("body_too_large")));
     }
-    let grpc = error::is_grpc(&req);
-    let routed = match route(state, conn, &req, record) {
-        Ok(routed) => routed,
+    let grpc = error::is_grpc(req);
+    match route(state, conn, req, record) {
+        Ok(routed) => {
+            if let Some(s) = span.as_mut() {
+                s.set_rule(&routed.action);
+            }
+            Admitted::Routed(routed, grpc)
+        }
         Err(miss) => {
             let (err, stats) = match miss {
                 RouteMiss::NoListener => (ProxyError::NoRoute, None),
@@ -176,19 +223,32 @@ async fn answer(
             if let Some(stats) = stats {
                 stats.record(status.as_u16(), started.elapsed());
             }
-            return (err.into_response_for(grpc), status, Some(reason));
+            Admitted::Answered((err.into_response_for(grpc), status, Some(reason)))
         }
-    };
-    let action = &routed.action;
-    if let Some(s) = span.as_mut() {
-        s.set_rule(action);
     }
-    let mut tried = attempts::Tried::default();
-    let result = forward(state, conn, &routed, req, &mut tried).await;
-    if let (Some(r), Some(endpoint)) = (record.as_mut(), tried.endpoint) {
-        r.set_upstream(endpoint, tried.retries, started.elapsed());
+}
+
+/// What `settle` needs to know of the forwarded request.
+struct After<'a> {
+    routed: &'a Routed,
+    grpc: bool,
+    tried: &'a attempts::Tried,
+    started: Instant,
+}
+
+/// The forwarded request's answer: where it went into the record and span, a failure
+/// made into the client's response, the rule's counters.
+fn settle(
+    result: Result<Forwarded, ProxyError>,
+    after: &After<'_>,
+    record: &mut Record,
+    span: &mut Span,
+) -> Answer {
+    let action = &after.routed.action;
+    if let (Some(r), Some(endpoint)) = (record.as_mut(), after.tried.endpoint) {
+        r.set_upstream(endpoint, after.tried.retries, after.started.elapsed());
     }
-    if let (Some(s), Some(endpoint)) = (span.as_mut(), tried.endpoint) {
+    if let (Some(s), Some(endpoint)) = (span.as_mut(), after.tried.endpoint) {
         s.set_upstream(endpoint);
     }
     let (resp, status, reason) = match result {
@@ -199,10 +259,12 @@ async fn answer(
         Err(err) => {
             tracing::debug!(route = %action.route, error = %err, "request failed");
             let (status, reason) = (err.status(), err.reason());
-            (err.into_response_for(grpc), status, Some(reason))
+            (err.into_response_for(after.grpc), status, Some(reason))
         }
     };
-    action.stats.record(status.as_u16(), started.elapsed());
+    action
+        .stats
+        .record(status.as_u16(), after.started.elapsed());
     (resp, status, reason)
 }
 
@@ -405,7 +467,10 @@ async fn forward(
     let ws_key = extended_connect
         .then(|| parts.headers.get(header::SEC_WEBSOCKET_KEY).cloned())
         .flatten();
-    let exchange = attempts::exchange(
+    // Boxed: this exchange's future (retries, HTTP/2 and mesh clients, bodies) is
+    // several times the byte exchange's above, and inline it would set the size of
+    // every request's future, which is copied whole as each level is built.
+    let exchange = Box::pin(attempts::exchange(
         attempts::Target {
             upstreams: &conn.upstreams,
             policy: action.retry.as_deref(),
@@ -419,7 +484,7 @@ async fn forward(
         body,
         upgrade_proto.as_ref(),
         tried,
-    );
+    ));
     let mut resp = within_rule_timeout(action.timeout, exchange).await?;
     if extended_connect && resp.status() == StatusCode::OK {
         upgrade::to_switching(&mut resp, ws_key.as_ref());
@@ -436,20 +501,6 @@ async fn forward(
         upgrade::restore_headers(resp.headers_mut(), proto);
     }
     Ok((resp, None))
-}
-
-/// `exchange`, bounded by the rule's `request` timeout: dropping it on expiry cancels
-/// the upstream request (and any retry), so the timeout bounds every attempt together.
-async fn within_rule_timeout<T>(
-    timeout: Option<std::time::Duration>,
-    exchange: impl std::future::Future<Output = Result<T, ProxyError>>,
-) -> Result<T, ProxyError> {
-    match timeout {
-        Some(t) => tokio::time::timeout(t, exchange)
-            .await
-            .map_err(|_| ProxyError::Timeout)?,
-        None => exchange.await,
-    }
 }
 
 /// The upstream's answer as the client gets it: hop-by-hop headers out, the rule's and
