@@ -1,5 +1,5 @@
 //! Rendering a record as one line: JSON (one object) or text (logfmt: `key=value`,
-//! quoted when needed). Both come from one list of fields, so they always say the
+//! quoted when needed). Both come from one sequence of fields, so they always say the
 //! same thing. Everything a client sent is escaped: a line can't be split or forged
 //! by a path, a Host or a user agent.
 
@@ -8,10 +8,10 @@ use std::io::Write;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, SystemTime};
 
-use http::{HeaderValue, Version};
+use http::Version;
 
 use super::Format;
-use super::record::{HttpRecord, L4Record};
+use super::record::{Copied, HttpRecord, L4Record};
 use crate::snapshot::Listener;
 
 /// A field's value.
@@ -27,18 +27,23 @@ pub(super) enum Val<'a> {
     Null,
 }
 
+#[cfg(test)]
 type Field<'a> = (&'static str, Val<'a>);
 
 fn opt_str<'a>(v: Option<&'a str>) -> Val<'a> {
     v.map_or(Val::Null, |s| Val::Str(Cow::Borrowed(s)))
 }
 
-fn header<'a>(v: Option<&'a HeaderValue>) -> Val<'a> {
-    // Visible ASCII, the usual case, is checked faster than UTF-8 is decoded.
-    v.map_or(Val::Null, |v| match v.to_str() {
+/// A copied header's bytes: absent when empty; UTF-8 as is (visible ASCII, the usual
+/// case), anything else made valid.
+fn header(v: &[u8]) -> Val<'_> {
+    if v.is_empty() {
+        return Val::Null;
+    }
+    match std::str::from_utf8(v) {
         Ok(s) => Val::Str(Cow::Borrowed(s)),
-        Err(_) => Val::Str(String::from_utf8_lossy(v.as_bytes())),
-    })
+        Err(_) => Val::Str(String::from_utf8_lossy(v)),
+    }
 }
 
 fn gateway(l: Option<&Listener>) -> Val<'_> {
@@ -65,71 +70,64 @@ fn protocol(v: Version) -> &'static str {
 
 /// The trace ID of a W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`), if valid:
 /// the same parser the edge continues traces with (`crate::trace`).
-pub(super) fn trace_id(traceparent: &HeaderValue) -> Option<&str> {
-    crate::trace::TraceParent::parse(traceparent.as_bytes())?;
-    traceparent.to_str().ok()?.get(3..35)
+pub(super) fn trace_id(traceparent: &[u8]) -> Option<&str> {
+    crate::trace::TraceParent::parse(traceparent)?;
+    std::str::from_utf8(traceparent).ok()?.get(3..35)
 }
 
-pub(super) fn http_fields(r: &HttpRecord) -> [Field<'_>; 24] {
+/// One HTTP request's line. Fields go straight into the line, no list built first:
+/// a list of 24 values was a kilobyte written and read again per request.
+pub(super) fn http_line(r: &HttpRecord, line: &mut Line<'_, '_>) {
     let l = r.listener.as_deref();
     let rule = r.rule.as_deref();
-    [
-        ("time", Val::Time(r.time)),
-        ("kind", Val::Str(Cow::Borrowed("http"))),
-        ("gateway", gateway(l)),
-        ("listener", listener(l)),
-        ("route_kind", opt_str(rule.map(|a| a.kind))),
-        ("route", opt_str(rule.map(|a| &*a.route))),
-        ("rule", opt_str(rule.and_then(|a| a.rule.as_deref()))),
-        ("client", Val::Ip(r.client)),
-        ("authority", header(r.host.as_ref())),
-        ("method", Val::Str(Cow::Borrowed(r.method.as_str()))),
-        ("path", Val::Str(String::from_utf8_lossy(r.path()))),
-        ("protocol", Val::Str(Cow::Borrowed(protocol(r.version)))),
-        ("status", Val::Num(u64::from(r.status))),
-        ("reason", opt_str(r.reason)),
-        (
-            "request_bytes",
-            Val::Num(
-                r.request_bytes
-                    .as_ref()
-                    .map_or(0, |n| n.load(std::sync::atomic::Ordering::Relaxed)),
-            ),
-        ),
-        ("response_bytes", Val::Num(r.response_bytes)),
-        ("duration_ms", Val::Ms(r.duration)),
-        ("complete", Val::Bool(r.complete)),
-        ("upstream", r.upstream.map_or(Val::Null, Val::Addr)),
-        ("upstream_ms", r.upstream_time.map_or(Val::Null, Val::Ms)),
-        ("retries", Val::Num(u64::from(r.retries))),
-        ("request_id", header(r.request_id.as_ref())),
-        (
-            "trace_id",
-            opt_str(r.traceparent.as_ref().and_then(trace_id)),
-        ),
-        ("user_agent", header(r.user_agent.as_ref())),
-    ]
+    line.field("time", &Val::Time(r.time));
+    line.field("kind", &Val::Str(Cow::Borrowed("http")));
+    line.field("gateway", &gateway(l));
+    line.field("listener", &listener(l));
+    line.field("route_kind", &opt_str(rule.map(|a| a.kind)));
+    line.field("route", &opt_str(rule.map(|a| &*a.route)));
+    line.field("rule", &opt_str(rule.and_then(|a| a.rule.as_deref())));
+    line.field("client", &Val::Ip(r.client));
+    line.field("authority", &header(r.field(Copied::Authority)));
+    line.field("method", &Val::Str(Cow::Borrowed(r.method.as_str())));
+    line.field("path", &Val::Str(String::from_utf8_lossy(r.path())));
+    line.field("protocol", &Val::Str(Cow::Borrowed(protocol(r.version))));
+    line.field("status", &Val::Num(u64::from(r.status)));
+    line.field("reason", &opt_str(r.reason));
+    let request_bytes = r
+        .request_bytes
+        .as_ref()
+        .map_or(0, |n| n.load(std::sync::atomic::Ordering::Relaxed));
+    line.field("request_bytes", &Val::Num(request_bytes));
+    line.field("response_bytes", &Val::Num(r.response_bytes));
+    line.field("duration_ms", &Val::Ms(r.duration));
+    line.field("complete", &Val::Bool(r.complete));
+    line.field("upstream", &r.upstream.map_or(Val::Null, Val::Addr));
+    line.field("upstream_ms", &r.upstream_time.map_or(Val::Null, Val::Ms));
+    line.field("retries", &Val::Num(u64::from(r.retries)));
+    line.field("request_id", &header(r.field(Copied::RequestId)));
+    line.field("trace_id", &opt_str(trace_id(r.field(Copied::TraceParent))));
+    line.field("user_agent", &header(r.field(Copied::UserAgent)));
 }
 
-pub(super) fn l4_fields(r: &L4Record) -> [Field<'_>; 14] {
+/// One L4 connection's line.
+pub(super) fn l4_line(r: &L4Record, line: &mut Line<'_, '_>) {
     let l = r.listener.as_deref();
     let t = r.target.as_deref();
-    [
-        ("time", Val::Time(r.time)),
-        ("kind", Val::Str(Cow::Borrowed("l4"))),
-        ("gateway", gateway(l)),
-        ("listener", listener(l)),
-        ("route_kind", opt_str(t.map(|t| t.kind))),
-        ("route", opt_str(t.map(|t| &*t.route))),
-        ("client", Val::Ip(r.peer.ip())),
-        ("protocol", Val::Str(Cow::Borrowed(r.protocol))),
-        ("sni", opt_str(r.sni.as_deref())),
-        ("reason", opt_str(r.reason)),
-        ("upstream", r.upstream.map_or(Val::Null, Val::Addr)),
-        ("request_bytes", Val::Num(r.bytes_in)),
-        ("response_bytes", Val::Num(r.bytes_out)),
-        ("duration_ms", Val::Ms(r.duration)),
-    ]
+    line.field("time", &Val::Time(r.time));
+    line.field("kind", &Val::Str(Cow::Borrowed("l4")));
+    line.field("gateway", &gateway(l));
+    line.field("listener", &listener(l));
+    line.field("route_kind", &opt_str(t.map(|t| t.kind)));
+    line.field("route", &opt_str(t.map(|t| &*t.route)));
+    line.field("client", &Val::Ip(r.peer.ip()));
+    line.field("protocol", &Val::Str(Cow::Borrowed(r.protocol)));
+    line.field("sni", &opt_str(r.sni.as_deref()));
+    line.field("reason", &opt_str(r.reason));
+    line.field("upstream", &r.upstream.map_or(Val::Null, Val::Addr));
+    line.field("request_bytes", &Val::Num(r.bytes_in));
+    line.field("response_bytes", &Val::Num(r.bytes_out));
+    line.field("duration_ms", &Val::Ms(r.duration));
 }
 
 /// Renders lines: the format, and the current second's timestamp already formatted
@@ -150,64 +148,24 @@ impl LineWriter {
         }
     }
 
-    /// Appends one line (with its newline) to `out`. Written byte by byte rather than
-    /// through `fmt`: the writer shares a core with the requests it logs, so a line's
-    /// cost is the request path's cost (issue 16: logging within 5% of not logging).
+    /// Starts a line at the end of `out`; [`Line::end`] finishes it.
+    pub(super) fn line<'w, 'o>(&'w mut self, out: &'o mut Vec<u8>) -> Line<'w, 'o> {
+        Line {
+            json: self.format == Format::Json,
+            writer: self,
+            out,
+            first: true,
+        }
+    }
+
+    /// Appends one line of `fields` (with its newline) to `out`.
+    #[cfg(test)]
     pub(super) fn write_line(&mut self, fields: &[Field<'_>], out: &mut Vec<u8>) {
-        let json = self.format == Format::Json;
-        if json {
-            out.push(b'{');
+        let mut line = self.line(out);
+        for (key, val) in fields {
+            line.field(key, val);
         }
-        for (i, (key, val)) in fields.iter().enumerate() {
-            match (i, json) {
-                (0, _) => {}
-                (_, true) => out.push(b','),
-                (_, false) => out.push(b' '),
-            }
-            if json {
-                out.push(b'"');
-                out.extend_from_slice(key.as_bytes());
-                out.extend_from_slice(b"\":");
-            } else {
-                out.extend_from_slice(key.as_bytes());
-                out.push(b'=');
-            }
-            // JSON quotes the values that are strings there; text leaves addresses
-            // and times bare (they have no spaces, quotes or `=`).
-            let quoted = json && matches!(val, Val::Time(_) | Val::Ip(_) | Val::Addr(_));
-            if quoted {
-                out.push(b'"');
-            }
-            match val {
-                Val::Str(s) if json => json_string(s, out),
-                Val::Str(s) => logfmt_value(s, out),
-                Val::Num(n) => out.extend_from_slice(itoa::Buffer::new().format(*n).as_bytes()),
-                Val::Ms(d) => millis(*d, out),
-                Val::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-                Val::Time(t) => self.time(*t, out),
-                Val::Ip(a) => ip(*a, out),
-                Val::Addr(a) => {
-                    if a.is_ipv6() {
-                        out.push(b'[');
-                    }
-                    ip(a.ip(), out);
-                    if a.is_ipv6() {
-                        out.push(b']');
-                    }
-                    out.push(b':');
-                    out.extend_from_slice(itoa::Buffer::new().format(a.port()).as_bytes());
-                }
-                Val::Null if json => out.extend_from_slice(b"null"),
-                Val::Null => out.push(b'-'),
-            }
-            if quoted {
-                out.push(b'"');
-            }
-        }
-        if json {
-            out.push(b'}');
-        }
-        out.push(b'\n');
+        line.end();
     }
 
     /// RFC 3339 in UTC with milliseconds: `2026-12-03T02:22:27.123Z`.
@@ -232,6 +190,73 @@ impl LineWriter {
         out.push(b'.');
         three_digits(since.subsec_millis(), out);
         out.push(b'Z');
+    }
+}
+
+/// One line being written, byte by byte rather than through `fmt`: the line is
+/// written on the worker that served the request, so its cost is the request's
+/// (issue 16: logging within 5% of not logging).
+pub(super) struct Line<'w, 'o> {
+    writer: &'w mut LineWriter,
+    out: &'o mut Vec<u8>,
+    json: bool,
+    first: bool,
+}
+
+impl Line<'_, '_> {
+    pub(super) fn field(&mut self, key: &str, val: &Val<'_>) {
+        let out = &mut *self.out;
+        match (self.first, self.json) {
+            (true, true) => out.extend_from_slice(b"{\""),
+            (false, true) => out.extend_from_slice(b",\""),
+            (true, false) => {}
+            (false, false) => out.push(b' '),
+        }
+        self.first = false;
+        out.extend_from_slice(key.as_bytes());
+        out.extend_from_slice(if self.json { b"\":" } else { b"=" });
+        // JSON quotes the values that are strings there; text leaves addresses and
+        // times bare (they have no spaces, quotes or `=`).
+        let quoted = self.json && matches!(val, Val::Time(_) | Val::Ip(_) | Val::Addr(_));
+        if quoted {
+            out.push(b'"');
+        }
+        match val {
+            Val::Str(s) if self.json => json_string(s, out),
+            Val::Str(s) => logfmt_value(s, out),
+            Val::Num(n) => out.extend_from_slice(itoa::Buffer::new().format(*n).as_bytes()),
+            Val::Ms(d) => millis(*d, out),
+            Val::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+            Val::Time(t) => self.writer.time(*t, out),
+            Val::Ip(a) => ip(*a, out),
+            Val::Addr(a) => {
+                if a.is_ipv6() {
+                    out.push(b'[');
+                }
+                ip(a.ip(), out);
+                if a.is_ipv6() {
+                    out.push(b']');
+                }
+                out.push(b':');
+                out.extend_from_slice(itoa::Buffer::new().format(a.port()).as_bytes());
+            }
+            Val::Null if self.json => out.extend_from_slice(b"null"),
+            Val::Null => out.push(b'-'),
+        }
+        if quoted {
+            out.push(b'"');
+        }
+    }
+
+    /// Ends the line with its newline.
+    pub(super) fn end(self) {
+        if self.json {
+            if self.first {
+                self.out.push(b'{');
+            }
+            self.out.push(b'}');
+        }
+        self.out.push(b'\n');
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! A request that is logged (sampled) carries a boxed [`HttpRecord`]: what it arrived
 //! with (target, authority, user agent, IDs) copied into one buffer, and the matched
-//! rule's `Arc`; the record travels with the response body. When the body ends, the
+//! rule's `Arc`; the record travels with the response body, and its box is kept for
+//! the thread's next record. When the body ends, the
 //! thread that sent it formats the line (JSON or text) into a ring of its own (see
 //! `ring`), and a writer thread writes the rings to stdout. The request path never
 //! writes and never waits: when its ring is full (stdout slower than the traffic) the
@@ -151,12 +152,21 @@ impl AccessLog {
 
     pub(crate) fn http(&self, record: Box<HttpRecord>) {
         if self.settings.statuses.contains(record.status) {
-            self.put(|w, out| w.write_line(&format::http_fields(&record), out));
+            self.put(|w, out| {
+                let mut line = w.line(out);
+                format::http_line(&record, &mut line);
+                line.end();
+            });
         }
+        record.give_back();
     }
 
     pub fn l4(&self, record: Box<L4Record>) {
-        self.put(|w, out| w.write_line(&format::l4_fields(&record), out));
+        self.put(|w, out| {
+            let mut line = w.line(out);
+            format::l4_line(&record, &mut line);
+            line.end();
+        });
     }
 
     /// Blocks until every line put so far is written and flushed, or `timeout`

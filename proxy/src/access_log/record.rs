@@ -16,6 +16,18 @@ use crate::routing::RuleAction;
 use crate::snapshot::Listener;
 use crate::trace::{TRACEPARENT, X_REQUEST_ID};
 
+/// The request fields a record copies, in the order of [`HttpRecord::field`].
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Copied {
+    /// The request target (path and query; empty for CONNECT's authority form).
+    Target,
+    /// The authority: the URI's (HTTP/2, absolute form), else the Host header.
+    Authority,
+    UserAgent,
+    RequestId,
+    TraceParent,
+}
+
 /// One HTTP request's line.
 pub struct HttpRecord {
     pub(super) log: &'static AccessLog,
@@ -28,13 +40,13 @@ pub struct HttpRecord {
     pub(super) client: IpAddr,
     pub(super) method: Method,
     pub(super) version: Version,
-    /// The request target (path and query; empty for CONNECT's authority form).
-    pub(super) target: bytes::Bytes,
-    /// The authority: the URI's (HTTP/2, absolute form), else the Host header.
-    pub(super) host: Option<HeaderValue>,
-    pub(super) user_agent: Option<HeaderValue>,
-    pub(super) request_id: Option<HeaderValue>,
-    pub(super) traceparent: Option<HeaderValue>,
+    /// The [`Copied`] fields, one after another: copied, not cloned, since a clone
+    /// shares the request's buffers (an HTTP/1.1 connection's read buffer, an HTTP/2
+    /// request's decoded header block) and keeps them until the response ends. One
+    /// plain buffer, kept with the box for the thread's next record (see `SPARES`).
+    copied: Vec<u8>,
+    /// Where each copied field ends in `copied`.
+    ends: [u32; 5],
     pub(super) status: u16,
     /// Why the edge answered itself (no route, timeout, ...); `None` for an answer
     /// that came from a backend.
@@ -51,6 +63,19 @@ pub struct HttpRecord {
     /// The response body was sent to its end (false: the client went away first, or
     /// the upstream body failed).
     pub(super) complete: bool,
+}
+
+/// Emptied record boxes a thread keeps for its next records: a record is made and
+/// formatted on the same thread, so its box and buffer can serve the next one instead
+/// of two allocations and frees per request.
+const SPARES_KEPT: usize = 64;
+/// A buffer grown larger than this by a long URL is not kept.
+const COPIED_KEPT: usize = 1024;
+
+thread_local! {
+    #[expect(clippy::vec_box, reason = "the boxes are what is kept: each goes out again as a record's box")]
+    static SPARES: std::cell::RefCell<Vec<Box<HttpRecord>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Starts a record for `req` when access logging is on and samples this request.
@@ -71,80 +96,19 @@ pub fn begin_http<B: hyper::body::Body>(
     let authority = uri
         .authority()
         .map_or_else(|| bytes(header::HOST), |a| a.as_str().as_bytes());
-    // Copied, not cloned: a clone shares the request's buffers (an HTTP/1.1
-    // connection's read buffer, an HTTP/2 request's decoded header block) and keeps
-    // them until the response ends, so the connection could not reuse its buffer in
-    // place.
-    let f = HeadCopy::new([
+    let mut record = HttpRecord::take(log, started);
+    record.client = client_ip(conn.peer.ip(), headers, trusted_hops);
+    record.method = req.method().clone();
+    record.version = req.version();
+    record.copy([
         uri.path_and_query().map_or("", |t| t.as_str()).as_bytes(),
         authority,
         bytes(header::USER_AGENT),
         bytes(X_REQUEST_ID),
         bytes(TRACEPARENT),
     ]);
-    let record = HttpRecord {
-        log,
-        time: SystemTime::now(),
-        started,
-        listener: None,
-        rule: None,
-        client: client_ip(conn.peer.ip(), headers, trusted_hops),
-        method: req.method().clone(),
-        version: req.version(),
-        target: f.field(0),
-        host: f.value(1),
-        user_agent: f.value(2),
-        request_id: f.value(3),
-        traceparent: f.value(4),
-        status: 0,
-        reason: None,
-        request_bytes: has_body.then(|| Arc::new(AtomicU64::new(0))),
-        response_bytes: 0,
-        duration: Duration::ZERO,
-        upstream: None,
-        upstream_time: None,
-        retries: 0,
-        complete: false,
-    };
-    Some(Box::new(record))
-}
-
-/// A request's logged fields (target, authority, user agent, request ID,
-/// traceparent) copied into one buffer the record's values share: two allocations
-/// per record (this and the box) instead of six, both freed on the thread that made
-/// them (the one that formats the line), where the allocator's thread cache takes them
-/// back for the next record.
-struct HeadCopy {
-    buf: bytes::Bytes,
-    ends: [usize; 5],
-}
-
-impl HeadCopy {
-    fn new(fields: [&[u8]; 5]) -> Self {
-        let mut buf = bytes::BytesMut::with_capacity(fields.iter().map(|f| f.len()).sum());
-        let mut ends = [0usize; 5];
-        for (end, f) in ends.iter_mut().zip(fields) {
-            buf.extend_from_slice(f);
-            *end = buf.len();
-        }
-        Self {
-            buf: buf.freeze(),
-            ends,
-        }
-    }
-
-    fn field(&self, i: usize) -> bytes::Bytes {
-        let start = if i == 0 { 0 } else { self.ends[i - 1] };
-        self.buf.slice(start..self.ends[i])
-    }
-
-    /// Field `i` as a header value; `None` when empty (absent).
-    fn value(&self, i: usize) -> Option<HeaderValue> {
-        let f = self.field(i);
-        (!f.is_empty())
-            .then(|| HeaderValue::from_maybe_shared(f).ok())
-            .flatten()
-    }
+    record.request_bytes = has_body.then(|| Arc::new(AtomicU64::new(0)));
+    Some(record)
 }
 
 /// What the relay ([`crate::relay`]) knows of a request it takes, for its record.
@@ -164,27 +128,50 @@ impl HttpRecord {
     /// relay's requests have no body and are HTTP/1.1.
     pub(crate) fn relayed(log: Option<&'static AccessLog>, r: &Relayed<'_>) -> Option<Box<Self>> {
         let log = log.filter(|l| l.sampled())?;
-        let f = HeadCopy::new([
+        let mut record = HttpRecord::take(log, r.started);
+        record.client = r.client;
+        record.method = r.method.clone();
+        record.version = Version::HTTP_11;
+        record.copy([
             r.target.as_bytes(),
             r.host.as_bytes(),
             r.user_agent.unwrap_or_default(),
             r.request_id,
             r.traceparent.unwrap_or_default(),
         ]);
-        let record = HttpRecord {
+        Some(record)
+    }
+
+    /// A fresh record in a spare box of this thread's, or a new one.
+    fn take(log: &'static AccessLog, started: Instant) -> Box<Self> {
+        let spare = SPARES
+            .try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.pop()))
+            .ok()
+            .flatten();
+        let copied = match spare {
+            Some(mut b) => {
+                let mut copied = std::mem::take(&mut b.copied);
+                copied.clear();
+                *b = Self::new(log, started, copied);
+                return b;
+            }
+            None => Vec::new(),
+        };
+        Box::new(Self::new(log, started, copied))
+    }
+
+    fn new(log: &'static AccessLog, started: Instant, copied: Vec<u8>) -> Self {
+        Self {
             log,
             time: SystemTime::now(),
-            started: r.started,
+            started,
             listener: None,
             rule: None,
-            client: r.client,
-            method: r.method.clone(),
+            client: IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            method: Method::GET,
             version: Version::HTTP_11,
-            target: f.field(0),
-            host: f.value(1),
-            user_agent: f.value(2),
-            request_id: f.value(3),
-            traceparent: f.value(4),
+            copied,
+            ends: [0; 5],
             status: 0,
             reason: None,
             request_bytes: None,
@@ -194,14 +181,49 @@ impl HttpRecord {
             upstream_time: None,
             retries: 0,
             complete: false,
-        };
-        Some(Box::new(record))
+        }
+    }
+
+    fn copy(&mut self, fields: [&[u8]; 5]) {
+        self.copied.reserve(fields.iter().map(|f| f.len()).sum());
+        for (end, f) in self.ends.iter_mut().zip(fields) {
+            self.copied.extend_from_slice(f);
+            *end = u32::try_from(self.copied.len()).unwrap_or(u32::MAX);
+        }
+    }
+
+    /// A copied field; empty when the request had none.
+    pub(super) fn field(&self, which: Copied) -> &[u8] {
+        let i = which as usize;
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        self.copied
+            .get(start..self.ends[i] as usize)
+            .unwrap_or_default()
+    }
+
+    /// Lets go of what the record holds of its request (the listener's and rule's
+    /// `Arc`s end a removed route's series) and keeps the box for this thread's next
+    /// record.
+    pub(super) fn give_back(mut self: Box<Self>) {
+        self.listener = None;
+        self.rule = None;
+        self.request_bytes = None;
+        if self.copied.capacity() > COPIED_KEPT {
+            self.copied = Vec::new();
+        }
+        let _ = SPARES.try_with(|s| {
+            if let Ok(mut s) = s.try_borrow_mut()
+                && s.len() < SPARES_KEPT
+            {
+                s.push(self);
+            }
+        });
     }
 
     /// The target's path: what the line says, without the query.
     pub(super) fn path(&self) -> &[u8] {
-        let end = query_start(&self.target);
-        &self.target[..end]
+        let target = self.field(Copied::Target);
+        &target[..query_start(target)]
     }
 
     /// Ends a relayed request's record: `sent` body bytes, all of them or not.
