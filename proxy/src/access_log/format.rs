@@ -92,17 +92,29 @@ macro_rules! key {
     };
 }
 
+/// The fields every line starts with: when, what kind, where it arrived, and the
+/// route (kind and name) that took it.
+fn opening(
+    line: &mut Line<'_, '_>,
+    time: SystemTime,
+    kind: &'static str,
+    l: Option<&Listener>,
+    route: Option<(&'static str, &str)>,
+) {
+    line.put(key!("time"), &Val::Time(time));
+    line.put(key!("kind"), &Val::Str(Cow::Borrowed(kind)));
+    line.put(key!("gateway"), &gateway(l));
+    line.put(key!("listener"), &listener(l));
+    line.put(key!("route_kind"), &opt_str(route.map(|r| r.0)));
+    line.put(key!("route"), &opt_str(route.map(|r| r.1)));
+}
+
 /// One HTTP request's line. Fields go straight into the line, no list built first:
 /// a list of 24 values was a kilobyte written and read again per request.
 pub(super) fn http_line(r: &HttpRecord, line: &mut Line<'_, '_>) {
-    let l = r.listener.as_deref();
     let rule = r.rule.as_deref();
-    line.put(key!("time"), &Val::Time(r.time));
-    line.put(key!("kind"), &Val::Str(Cow::Borrowed("http")));
-    line.put(key!("gateway"), &gateway(l));
-    line.put(key!("listener"), &listener(l));
-    line.put(key!("route_kind"), &opt_str(rule.map(|a| a.kind)));
-    line.put(key!("route"), &opt_str(rule.map(|a| &*a.route)));
+    let route = rule.map(|a| (a.kind, &*a.route));
+    opening(line, r.time, "http", r.listener.as_deref(), route);
     line.put(key!("rule"), &opt_str(rule.and_then(|a| a.rule.as_deref())));
     line.put(key!("client"), &Val::Ip(r.client));
     line.put(key!("authority"), &header(r.field(Copied::Authority)));
@@ -138,14 +150,8 @@ pub(super) fn http_line(r: &HttpRecord, line: &mut Line<'_, '_>) {
 
 /// One L4 connection's line.
 pub(super) fn l4_line(r: &L4Record, line: &mut Line<'_, '_>) {
-    let l = r.listener.as_deref();
-    let t = r.target.as_deref();
-    line.put(key!("time"), &Val::Time(r.time));
-    line.put(key!("kind"), &Val::Str(Cow::Borrowed("l4")));
-    line.put(key!("gateway"), &gateway(l));
-    line.put(key!("listener"), &listener(l));
-    line.put(key!("route_kind"), &opt_str(t.map(|t| t.kind)));
-    line.put(key!("route"), &opt_str(t.map(|t| &*t.route)));
+    let route = r.target.as_deref().map(|t| (t.kind, &*t.route));
+    opening(line, r.time, "l4", r.listener.as_deref(), route);
     line.put(key!("client"), &Val::Ip(r.peer.ip()));
     line.put(key!("protocol"), &Val::Str(Cow::Borrowed(r.protocol)));
     line.put(key!("sni"), &opt_str(r.sni.as_deref()));
@@ -239,14 +245,20 @@ impl Line<'_, '_> {
 
     #[inline(always)]
     fn key(&mut self, key: &Key) {
-        if self.json {
-            self.out.push(if self.first { b'{' } else { b',' });
-            self.out.extend_from_slice(key.json.as_bytes());
-        } else {
-            if !self.first {
-                self.out.push(b' ');
-            }
-            self.out.extend_from_slice(key.text.as_bytes());
+        self.separator();
+        let piece = if self.json { key.json } else { key.text };
+        self.out.extend_from_slice(piece.as_bytes());
+    }
+
+    /// What goes before a field: the object's opening or a comma in JSON, a space
+    /// between text fields.
+    #[inline(always)]
+    fn separator(&mut self) {
+        match (self.json, self.first) {
+            (true, true) => self.out.push(b'{'),
+            (true, false) => self.out.push(b','),
+            (false, true) => {}
+            (false, false) => self.out.push(b' '),
         }
         self.first = false;
     }
@@ -254,16 +266,13 @@ impl Line<'_, '_> {
     /// One field under any key (the renderer's tests).
     #[cfg(test)]
     pub(super) fn field(&mut self, key: &str, val: &Val<'_>) {
-        let out = &mut *self.out;
-        match (self.first, self.json) {
-            (true, true) => out.extend_from_slice(b"{\""),
-            (false, true) => out.extend_from_slice(b",\""),
-            (true, false) => {}
-            (false, false) => out.push(b' '),
+        self.separator();
+        if self.json {
+            self.out.push(b'"');
         }
-        self.first = false;
-        out.extend_from_slice(key.as_bytes());
-        out.extend_from_slice(if self.json { b"\":" } else { b"=" });
+        self.out.extend_from_slice(key.as_bytes());
+        self.out
+            .extend_from_slice(if self.json { b"\":" } else { b"=" });
         self.value(val);
     }
 

@@ -142,9 +142,13 @@ impl AccessLog {
     }
 
     /// Formats a line on this thread and hands it to the writer, or counts it dropped.
-    fn put(&self, render: impl FnOnce(&mut format::LineWriter, &mut Vec<u8>)) {
+    fn put(&self, fields: impl FnOnce(&mut format::Line<'_, '_>)) {
         let put = !self.stopped.load(Ordering::Relaxed)
-            && ring::put(self, &self.new_rings, self.settings.format, render);
+            && ring::put(self, |w, out| {
+                let mut line = w.line(out);
+                fields(&mut line);
+                line.end();
+            });
         if !put {
             self.dropped.increment(1);
         }
@@ -152,21 +156,13 @@ impl AccessLog {
 
     pub(crate) fn http(&self, record: Box<HttpRecord>) {
         if self.settings.statuses.contains(record.status) {
-            self.put(|w, out| {
-                let mut line = w.line(out);
-                format::http_line(&record, &mut line);
-                line.end();
-            });
+            self.put(|line| format::http_line(&record, line));
         }
         record.give_back();
     }
 
     pub fn l4(&self, record: Box<L4Record>) {
-        self.put(|w, out| {
-            let mut line = w.line(out);
-            format::l4_line(&record, &mut line);
-            line.end();
-        });
+        self.put(|line| format::l4_line(&record, line));
     }
 
     /// Blocks until every line put so far is written and flushed, or `timeout`

@@ -148,16 +148,15 @@ impl HttpRecord {
             .try_with(|s| s.try_borrow_mut().ok().and_then(|mut s| s.pop()))
             .ok()
             .flatten();
-        let copied = match spare {
+        match spare {
             Some(mut b) => {
                 let mut copied = std::mem::take(&mut b.copied);
                 copied.clear();
                 *b = Self::new(log, started, copied);
-                return b;
+                b
             }
-            None => Vec::new(),
-        };
-        Box::new(Self::new(log, started, copied))
+            None => Box::new(Self::new(log, started, Vec::new())),
+        }
     }
 
     fn new(log: &'static AccessLog, started: Instant, copied: Vec<u8>) -> Self {

@@ -9,13 +9,11 @@
 //! log's ring the first time it ends a logged request; the writer learns of it
 //! through a channel, never a lock a worker could wait on.
 
-use std::cell::RefCell;
-use std::sync::mpsc::Sender;
-
 use rtrb::{Consumer, Producer, RingBuffer};
+use std::cell::RefCell;
 
+use super::AccessLog;
 use super::format::LineWriter;
-use super::{AccessLog, Format};
 
 /// Bytes of lines one thread can have waiting for the writer: about 800 lines of 300
 /// bytes, what 80k lines/s leave in the writer's 10 ms between passes (it passes more
@@ -47,12 +45,7 @@ thread_local! {
 
 /// Formats one line on this thread with `render` and puts it in this thread's ring;
 /// false when it was not (the ring is full, or the thread is ending).
-pub(super) fn put(
-    log: &AccessLog,
-    new_rings: &Sender<Reader>,
-    format: Format,
-    render: impl FnOnce(&mut LineWriter, &mut Vec<u8>),
-) -> bool {
+pub(super) fn put(log: &AccessLog, render: impl FnOnce(&mut LineWriter, &mut Vec<u8>)) -> bool {
     let key = std::ptr::from_ref(log) as usize;
     LOCAL
         .try_with(|locals| {
@@ -65,13 +58,13 @@ pub(super) fn put(
                 Some(i) => &mut locals[i],
                 None => {
                     let (ring, reader) = RingBuffer::new(RING);
-                    if new_rings.send(reader).is_err() {
+                    if log.new_rings.send(reader).is_err() {
                         return false;
                     }
                     locals.push(Local {
                         log: key,
                         ring,
-                        lines: LineWriter::new(format),
+                        lines: LineWriter::new(log.settings.format),
                         line: Vec::with_capacity(512),
                     });
                     let last = locals.len() - 1;

@@ -228,6 +228,13 @@ async fn a_logged_record_lets_go_of_its_request() {
     assert!(lines(log, &sink).contains("path=/first"));
 }
 
+/// Asserts that `line` contains each of `wants`.
+fn assert_says(line: &str, wants: &[&str]) {
+    for want in wants {
+        assert!(line.contains(want), "{want} in {line}");
+    }
+}
+
 fn relayed(target: &str) -> Relayed<'_> {
     Relayed {
         started: Instant::now(),
@@ -250,15 +257,16 @@ async fn relayed_records_copy_their_fields() {
     assert_eq!(record.path(), b"/first");
     log.http(record);
     let line = lines(log, &sink);
-    for want in [
-        "path=/first ",
-        "authority=a.example.com",
-        "request_id=req-1",
-        "user_agent=ua",
-        "protocol=HTTP/1.1",
-    ] {
-        assert!(line.contains(want), "{want} in {line}");
-    }
+    assert_says(
+        &line,
+        &[
+            "path=/first ",
+            "authority=a.example.com",
+            "request_id=req-1",
+            "user_agent=ua",
+            "protocol=HTTP/1.1",
+        ],
+    );
 
     // The next record reuses the first one's box and buffer: nothing of the first
     // request may show in its line.
@@ -271,15 +279,16 @@ async fn relayed_records_copy_their_fields() {
     log.http(record);
     let text = lines(log, &sink);
     let second = text.lines().nth(1).unwrap_or_default();
-    for want in [
-        "path=/second ",
-        "authority=b.example.com",
-        "status=204",
-        "request_id=- ",
-        "user_agent=-",
-    ] {
-        assert!(second.contains(want), "{want} in {second}");
-    }
+    assert_says(
+        &second,
+        &[
+            "path=/second ",
+            "authority=b.example.com",
+            "status=204",
+            "request_id=- ",
+            "user_agent=-",
+        ],
+    );
 }
 
 /// A full-path record copies its fields, as a relayed one does: an HTTP/2 request's URI
@@ -301,15 +310,16 @@ async fn full_path_records_copy_their_fields() {
     drop(req);
     log.http(record);
     let line = lines(log, &sink);
-    for want in [
-        "authority=a.example.com",
-        "path=/first ",
-        "user_agent=h2load",
-        "request_id=req-7",
-        "protocol=HTTP/2",
-    ] {
-        assert!(line.contains(want), "{want} in {line}");
-    }
+    assert_says(
+        &line,
+        &[
+            "authority=a.example.com",
+            "path=/first ",
+            "user_agent=h2load",
+            "request_id=req-7",
+            "protocol=HTTP/2",
+        ],
+    );
 
     // CONNECT's authority-form target has no path to copy: logged from the request.
     let connect = Request::builder()
@@ -399,7 +409,7 @@ fn a_full_ring_refuses_lines_without_waiting() {
     let log = AccessLog::start(settings, Box::new(gated.clone())).unwrap();
     let line = "x".repeat(1000);
     let put = |i: usize| {
-        super::ring::put(log, &log.new_rings, Format::Text, |_, out| {
+        super::ring::put(log, |_, out| {
             out.extend_from_slice(format!("{i} {line}\n").as_bytes());
         })
     };
