@@ -355,9 +355,9 @@ render() { # render SRC DST: fill in the @PLACEHOLDER@s
 
 # nginx_access_log CONF: nginx's access log on, one JSON line per request with the
 # fields of aether-edge's (those nginx has), buffered as the edge's writer does.
+# shellcheck disable=SC2016 # the $names are nginx variables, not shell ones
 nginx_access_log() {
   local fmt
-  # shellcheck disable=SC2016 # nginx variables, not shell ones
   fmt='log_format edge escape=json '"'"'{"time":"$time_iso8601","kind":"http",'
   fmt+='"gateway":"bench","listener":"http","route_kind":"HTTPRoute","route":"bench",'
   fmt+='"rule":null,"client":"$remote_addr","authority":"$host",'
