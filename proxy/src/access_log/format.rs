@@ -5,57 +5,40 @@
 
 use std::borrow::Cow;
 use std::io::Write;
+use std::marker::PhantomData;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, SystemTime};
 
 use http::Version;
 
-use super::Format;
 use super::record::{Copied, HttpRecord, L4Record};
 use crate::snapshot::Listener;
 
-/// A field's value.
-pub(super) enum Val<'a> {
-    Str(Cow<'a, str>),
-    Num(u64),
-    Ms(Duration),
-    Bool(bool),
-    Time(SystemTime),
-    /// Addresses are written straight into the line: no `String` per field.
-    Ip(IpAddr),
-    Addr(SocketAddr),
-    Null,
+/// How a line is written, as a type: each format's lines are their own code, so a
+/// key is one copy of a length the compiler knows and no field asks which format.
+pub(super) trait Style {
+    const JSON: bool;
 }
 
-#[cfg(test)]
-type Field<'a> = (&'static str, Val<'a>);
+/// One JSON object per line.
+pub(super) enum Json {}
+/// logfmt: `key=value`, values quoted when needed.
+pub(super) enum Text {}
 
-fn opt_str<'a>(v: Option<&'a str>) -> Val<'a> {
-    v.map_or(Val::Null, |s| Val::Str(Cow::Borrowed(s)))
+impl Style for Json {
+    const JSON: bool = true;
 }
 
-/// A copied header's bytes: absent when empty; UTF-8 as is (visible ASCII, the usual
-/// case), anything else made valid.
-fn header(v: &[u8]) -> Val<'_> {
-    if v.is_empty() {
-        return Val::Null;
-    }
-    match std::str::from_utf8(v) {
-        Ok(s) => Val::Str(Cow::Borrowed(s)),
-        Err(_) => Val::Str(String::from_utf8_lossy(v)),
-    }
-}
-
-fn gateway(l: Option<&Listener>) -> Val<'_> {
-    opt_str(l.map(|l| &*l.gateway))
+impl Style for Text {
+    const JSON: bool = false;
 }
 
 /// The listener's name, borrowed in the usual case of one listener per socket.
-fn listener(l: Option<&Listener>) -> Val<'_> {
-    l.map_or(Val::Null, |l| match l.sections.as_slice() {
-        [one] => Val::Str(Cow::Borrowed(&**one)),
-        several => Val::Str(Cow::Owned(crate::telemetry::listener_label(several))),
-    })
+fn listener_name(l: &Listener) -> Cow<'_, str> {
+    match l.sections.as_slice() {
+        [one] => Cow::Borrowed(&**one),
+        several => Cow::Owned(crate::telemetry::listener_label(several)),
+    }
 }
 
 fn protocol(v: Version) -> &'static str {
@@ -92,112 +75,102 @@ macro_rules! key {
     };
 }
 
+/// The key the renderer's tests write values under.
+#[cfg(test)]
+pub(super) const TEST_KEY: &Key = key!("k");
+
 /// The fields every line starts with: when, what kind, where it arrived, and the
 /// route (kind and name) that took it.
-fn opening(
-    line: &mut Line<'_, '_>,
+#[inline(always)]
+fn opening<S: Style>(
+    line: &mut Line<'_, '_, S>,
     time: SystemTime,
     kind: &'static str,
     l: Option<&Listener>,
     route: Option<(&'static str, &str)>,
 ) {
-    line.put(key!("time"), &Val::Time(time));
-    line.put(key!("kind"), &Val::Str(Cow::Borrowed(kind)));
-    line.put(key!("gateway"), &gateway(l));
-    line.put(key!("listener"), &listener(l));
-    line.put(key!("route_kind"), &opt_str(route.map(|r| r.0)));
-    line.put(key!("route"), &opt_str(route.map(|r| r.1)));
+    line.time(key!("time"), time);
+    line.str(key!("kind"), kind);
+    line.opt_str(key!("gateway"), l.map(|l| &*l.gateway));
+    match l {
+        Some(l) => line.str(key!("listener"), &listener_name(l)),
+        None => line.null(key!("listener")),
+    }
+    line.opt_str(key!("route_kind"), route.map(|r| r.0));
+    line.opt_str(key!("route"), route.map(|r| r.1));
 }
 
 /// One HTTP request's line. Fields go straight into the line, no list built first:
 /// a list of 24 values was a kilobyte written and read again per request.
-pub(super) fn http_line(r: &HttpRecord, line: &mut Line<'_, '_>) {
+pub(super) fn http_line<S: Style>(r: &HttpRecord, line: &mut Line<'_, '_, S>) {
     let rule = r.rule.as_deref();
     let route = rule.map(|a| (a.kind, &*a.route));
     opening(line, r.time, "http", r.listener.as_deref(), route);
-    line.put(key!("rule"), &opt_str(rule.and_then(|a| a.rule.as_deref())));
-    line.put(key!("client"), &Val::Ip(r.client));
-    line.put(key!("authority"), &header(r.field(Copied::Authority)));
-    line.put(key!("method"), &Val::Str(Cow::Borrowed(r.method.as_str())));
-    line.put(key!("path"), &Val::Str(String::from_utf8_lossy(r.path())));
-    line.put(
-        key!("protocol"),
-        &Val::Str(Cow::Borrowed(protocol(r.version))),
-    );
-    line.put(key!("status"), &Val::Num(u64::from(r.status)));
-    line.put(key!("reason"), &opt_str(r.reason));
+    line.opt_str(key!("rule"), rule.and_then(|a| a.rule.as_deref()));
+    line.ip(key!("client"), r.client);
+    line.header(key!("authority"), r.field(Copied::Authority));
+    line.str(key!("method"), r.method.as_str());
+    line.bytes(key!("path"), r.path());
+    line.str(key!("protocol"), protocol(r.version));
+    line.num(key!("status"), u64::from(r.status));
+    line.opt_str(key!("reason"), r.reason);
     let request_bytes = r
         .request_bytes
         .as_ref()
         .map_or(0, |n| n.load(std::sync::atomic::Ordering::Relaxed));
-    line.put(key!("request_bytes"), &Val::Num(request_bytes));
-    line.put(key!("response_bytes"), &Val::Num(r.response_bytes));
-    line.put(key!("duration_ms"), &Val::Ms(r.duration));
-    line.put(key!("complete"), &Val::Bool(r.complete));
-    line.put(key!("upstream"), &r.upstream.map_or(Val::Null, Val::Addr));
-    line.put(
-        key!("upstream_ms"),
-        &r.upstream_time.map_or(Val::Null, Val::Ms),
-    );
-    line.put(key!("retries"), &Val::Num(u64::from(r.retries)));
-    line.put(key!("request_id"), &header(r.field(Copied::RequestId)));
-    line.put(
-        key!("trace_id"),
-        &opt_str(trace_id(r.field(Copied::TraceParent))),
-    );
-    line.put(key!("user_agent"), &header(r.field(Copied::UserAgent)));
+    line.num(key!("request_bytes"), request_bytes);
+    line.num(key!("response_bytes"), r.response_bytes);
+    line.ms(key!("duration_ms"), r.duration);
+    line.bool(key!("complete"), r.complete);
+    line.opt_addr(key!("upstream"), r.upstream);
+    match r.upstream_time {
+        Some(d) => line.ms(key!("upstream_ms"), d),
+        None => line.null(key!("upstream_ms")),
+    }
+    line.num(key!("retries"), u64::from(r.retries));
+    line.header(key!("request_id"), r.field(Copied::RequestId));
+    line.opt_str(key!("trace_id"), trace_id(r.field(Copied::TraceParent)));
+    line.header(key!("user_agent"), r.field(Copied::UserAgent));
 }
 
 /// One L4 connection's line.
-pub(super) fn l4_line(r: &L4Record, line: &mut Line<'_, '_>) {
+pub(super) fn l4_line<S: Style>(r: &L4Record, line: &mut Line<'_, '_, S>) {
     let route = r.target.as_deref().map(|t| (t.kind, &*t.route));
     opening(line, r.time, "l4", r.listener.as_deref(), route);
-    line.put(key!("client"), &Val::Ip(r.peer.ip()));
-    line.put(key!("protocol"), &Val::Str(Cow::Borrowed(r.protocol)));
-    line.put(key!("sni"), &opt_str(r.sni.as_deref()));
-    line.put(key!("reason"), &opt_str(r.reason));
-    line.put(key!("upstream"), &r.upstream.map_or(Val::Null, Val::Addr));
-    line.put(key!("request_bytes"), &Val::Num(r.bytes_in));
-    line.put(key!("response_bytes"), &Val::Num(r.bytes_out));
-    line.put(key!("duration_ms"), &Val::Ms(r.duration));
+    line.ip(key!("client"), r.peer.ip());
+    line.str(key!("protocol"), r.protocol);
+    line.opt_str(key!("sni"), r.sni.as_deref());
+    line.opt_str(key!("reason"), r.reason);
+    line.opt_addr(key!("upstream"), r.upstream);
+    line.num(key!("request_bytes"), r.bytes_in);
+    line.num(key!("response_bytes"), r.bytes_out);
+    line.ms(key!("duration_ms"), r.duration);
 }
 
-/// Renders lines: the format, and the current second's timestamp already formatted
-/// (one writer thread formats every line, and most lines of a second share it).
+/// Renders lines: the current second's timestamp already formatted (most lines of a
+/// second share it). One per thread that writes lines.
 pub(super) struct LineWriter {
-    format: Format,
     /// `YYYY-MM-DDTHH:MM:SS` of `second` (since the Unix epoch).
     second: u64,
     stamp: [u8; 19],
 }
 
 impl LineWriter {
-    pub(super) fn new(format: Format) -> Self {
+    pub(super) fn new() -> Self {
         Self {
-            format,
             second: u64::MAX,
             stamp: [0; 19],
         }
     }
 
     /// Starts a line at the end of `out`; [`Line::end`] finishes it.
-    pub(super) fn line<'w, 'o>(&'w mut self, out: &'o mut Vec<u8>) -> Line<'w, 'o> {
+    pub(super) fn line<'w, 'o, S: Style>(&'w mut self, out: &'o mut Vec<u8>) -> Line<'w, 'o, S> {
         Line {
-            json: self.format == Format::Json,
             writer: self,
             out,
             first: true,
+            style: PhantomData,
         }
-    }
-
-    /// Appends one line of `fields` (with its newline) to `out`.
-    #[cfg(test)]
-    pub(super) fn write_line(&mut self, fields: &[Field<'_>], out: &mut Vec<u8>) {
-        let mut line = self.line(out);
-        for (key, val) in fields {
-            line.field(key, val);
-        }
-        line.end();
     }
 
     /// RFC 3339 in UTC with milliseconds: `2026-12-03T02:22:27.123Z`.
@@ -227,93 +200,144 @@ impl LineWriter {
 
 /// One line being written, byte by byte rather than through `fmt`: the line is
 /// written on the worker that served the request, so its cost is the request's
-/// (issue 16: logging within 5% of not logging).
-pub(super) struct Line<'w, 'o> {
+/// (issue 16: logging within 5% of not logging). Each field is a typed call, so a
+/// line does only the work its values need.
+pub(super) struct Line<'w, 'o, S> {
     writer: &'w mut LineWriter,
     out: &'o mut Vec<u8>,
-    json: bool,
     first: bool,
+    style: PhantomData<S>,
 }
 
-impl Line<'_, '_> {
-    /// One field of the edge's own lines.
-    #[inline]
-    pub(super) fn put(&mut self, key: &Key, val: &Val<'_>) {
-        self.key(key);
-        self.value(val);
-    }
-
+impl<S: Style> Line<'_, '_, S> {
     #[inline(always)]
     fn key(&mut self, key: &Key) {
-        self.separator();
-        let piece = if self.json { key.json } else { key.text };
-        self.out.extend_from_slice(piece.as_bytes());
-    }
-
-    /// What goes before a field: the object's opening or a comma in JSON, a space
-    /// between text fields.
-    #[inline(always)]
-    fn separator(&mut self) {
-        match (self.json, self.first) {
+        match (S::JSON, self.first) {
             (true, true) => self.out.push(b'{'),
             (true, false) => self.out.push(b','),
             (false, true) => {}
             (false, false) => self.out.push(b' '),
         }
         self.first = false;
+        let piece = if S::JSON { key.json } else { key.text };
+        self.out.extend_from_slice(piece.as_bytes());
     }
 
-    /// One field under any key (the renderer's tests).
-    #[cfg(test)]
-    pub(super) fn field(&mut self, key: &str, val: &Val<'_>) {
-        self.separator();
-        if self.json {
+    /// A value JSON quotes and text leaves bare (times, addresses: no spaces, quotes
+    /// or `=` in them).
+    #[inline(always)]
+    fn quote(&mut self) {
+        if S::JSON {
             self.out.push(b'"');
         }
-        self.out.extend_from_slice(key.as_bytes());
-        self.out
-            .extend_from_slice(if self.json { b"\":" } else { b"=" });
-        self.value(val);
     }
 
-    fn value(&mut self, val: &Val<'_>) {
-        let out = &mut *self.out;
-        // JSON quotes the values that are strings there; text leaves addresses and
-        // times bare (they have no spaces, quotes or `=`).
-        let quoted = self.json && matches!(val, Val::Time(_) | Val::Ip(_) | Val::Addr(_));
-        if quoted {
-            out.push(b'"');
+    /// A string: written as is when nothing in it needs escaping (names, the usual
+    /// Host, path and user agent), else escaped.
+    #[inline]
+    pub(super) fn str(&mut self, key: &Key, s: &str) {
+        self.key(key);
+        string::<S>(s.as_bytes(), self.out);
+    }
+
+    /// Bytes a client sent (a path): as a string, anything not UTF-8 made valid.
+    #[inline]
+    pub(super) fn bytes(&mut self, key: &Key, b: &[u8]) {
+        self.key(key);
+        string::<S>(b, self.out);
+    }
+
+    /// A copied header: absent when empty.
+    #[inline]
+    pub(super) fn header(&mut self, key: &Key, b: &[u8]) {
+        if b.is_empty() {
+            self.null(key);
+        } else {
+            self.bytes(key, b);
         }
-        match val {
-            Val::Str(s) if self.json => json_string(s, out),
-            Val::Str(s) => logfmt_value(s, out),
-            Val::Num(n) => out.extend_from_slice(itoa::Buffer::new().format(*n).as_bytes()),
-            Val::Ms(d) => millis(*d, out),
-            Val::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
-            Val::Time(t) => self.writer.time(*t, out),
-            Val::Ip(a) => ip(*a, out),
-            Val::Addr(a) => {
-                if a.is_ipv6() {
-                    out.push(b'[');
-                }
-                ip(a.ip(), out);
-                if a.is_ipv6() {
-                    out.push(b']');
-                }
-                out.push(b':');
-                out.extend_from_slice(itoa::Buffer::new().format(a.port()).as_bytes());
-            }
-            Val::Null if self.json => out.extend_from_slice(b"null"),
-            Val::Null => out.push(b'-'),
+    }
+
+    #[inline]
+    pub(super) fn opt_str(&mut self, key: &Key, s: Option<&str>) {
+        match s {
+            Some(s) => self.str(key, s),
+            None => self.null(key),
         }
-        if quoted {
-            out.push(b'"');
+    }
+
+    /// No value: JSON's `null`, text's `-`.
+    #[inline]
+    pub(super) fn null(&mut self, key: &Key) {
+        self.key(key);
+        if S::JSON {
+            self.out.extend_from_slice(b"null");
+        } else {
+            self.out.push(b'-');
         }
+    }
+
+    #[inline]
+    pub(super) fn num(&mut self, key: &Key, n: u64) {
+        self.key(key);
+        digits(n, self.out);
+    }
+
+    /// Milliseconds with three decimals (microseconds), rounded to the nearest.
+    #[inline]
+    pub(super) fn ms(&mut self, key: &Key, d: Duration) {
+        self.key(key);
+        let micros = d.as_nanos().saturating_add(500) / 1000;
+        let micros = u64::try_from(micros).unwrap_or(u64::MAX);
+        digits(micros / 1000, self.out);
+        self.out.push(b'.');
+        three_digits((micros % 1000) as u32, self.out);
+    }
+
+    #[inline]
+    pub(super) fn bool(&mut self, key: &Key, b: bool) {
+        self.key(key);
+        self.out
+            .extend_from_slice(if b { &b"true"[..] } else { &b"false"[..] });
+    }
+
+    #[inline]
+    pub(super) fn time(&mut self, key: &Key, t: SystemTime) {
+        self.key(key);
+        self.quote();
+        self.writer.time(t, self.out);
+        self.quote();
+    }
+
+    #[inline]
+    pub(super) fn ip(&mut self, key: &Key, a: IpAddr) {
+        self.key(key);
+        self.quote();
+        ip(a, self.out);
+        self.quote();
+    }
+
+    #[inline]
+    pub(super) fn opt_addr(&mut self, key: &Key, a: Option<SocketAddr>) {
+        let Some(a) = a else {
+            return self.null(key);
+        };
+        self.key(key);
+        self.quote();
+        if a.is_ipv6() {
+            self.out.push(b'[');
+        }
+        ip(a.ip(), self.out);
+        if a.is_ipv6() {
+            self.out.push(b']');
+        }
+        self.out.push(b':');
+        digits(u64::from(a.port()), self.out);
+        self.quote();
     }
 
     /// Ends the line with its newline.
     pub(super) fn end(self) {
-        if self.json {
+        if S::JSON {
             if self.first {
                 self.out.push(b'{');
             }
@@ -323,13 +347,20 @@ impl Line<'_, '_> {
     }
 }
 
-/// Milliseconds with three decimals (microseconds), rounded to the nearest.
-fn millis(d: Duration, out: &mut Vec<u8>) {
-    let micros = d.as_nanos().saturating_add(500) / 1000;
-    let micros = u64::try_from(micros).unwrap_or(u64::MAX);
-    out.extend_from_slice(itoa::Buffer::new().format(micros / 1000).as_bytes());
-    out.push(b'.');
-    three_digits((micros % 1000) as u32, out);
+/// `n` in decimal, digit by digit: the usual values (a status, a few bytes, a port)
+/// have a few digits, and pushing them costs less than a call to copy them.
+fn digits(mut n: u64, out: &mut Vec<u8>) {
+    let start = out.len();
+    loop {
+        out.push(b'0' + (n % 10) as u8);
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if let Some(written) = out.get_mut(start..) {
+        written.reverse();
+    }
 }
 
 /// `n` (below 1000) as exactly three digits.
@@ -345,11 +376,11 @@ fn three_digits(n: u32, out: &mut Vec<u8>) {
 fn ip(a: IpAddr, out: &mut Vec<u8>) {
     match a {
         IpAddr::V4(v4) => {
-            for (i, octet) in v4.octets().into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b'.');
-                }
-                out.extend_from_slice(itoa::Buffer::new().format(octet).as_bytes());
+            let [a, b, c, d] = v4.octets();
+            digits(u64::from(a), out);
+            for octet in [b, c, d] {
+                out.push(b'.');
+                digits(u64::from(octet), out);
             }
         }
         // Rare on this path, and its shortening rules are std's to get right.
@@ -359,32 +390,46 @@ fn ip(a: IpAddr, out: &mut Vec<u8>) {
     }
 }
 
-/// A JSON string: copied as is when nothing in it needs escaping (the usual path,
-/// Host or user agent), else through serde_json's escaping.
-fn json_string(s: &str, out: &mut Vec<u8>) {
-    if s.bytes()
-        .all(|b| b >= 0x20 && b != b'"' && b != b'\\' && b != 0x7f)
-    {
-        out.push(b'"');
-        out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
+/// A string value in `S`'s form: copied as is when every byte may stand in it
+/// unescaped, else escaped (and made valid UTF-8).
+#[inline]
+fn string<S: Style>(b: &[u8], out: &mut Vec<u8>) {
+    if S::JSON {
+        if plain_json(b) {
+            out.push(b'"');
+            out.extend_from_slice(b);
+            out.push(b'"');
+        } else {
+            let _ = serde_json::to_writer(&mut *out, &String::from_utf8_lossy(b));
+        }
+    } else if plain_text(b) {
+        out.extend_from_slice(b);
     } else {
-        let _ = serde_json::to_writer(&mut *out, s);
+        logfmt_quoted(&String::from_utf8_lossy(b), out);
     }
 }
 
-/// A value bare when it is plain printable ASCII without spaces, quotes or `=`, else
-/// quoted with `\"`, `\\` and control characters escaped. `-` is quoted so it is never
-/// mistaken for "no value".
-fn logfmt_value(s: &str, out: &mut Vec<u8>) {
-    let bare = !s.is_empty()
-        && s != "-"
-        && s.bytes()
-            .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'=' && b != b'\\');
-    if bare {
-        out.extend_from_slice(s.as_bytes());
-        return;
-    }
+/// Whether `b` can stand in a JSON string as is: printable ASCII but `"` and `\`.
+/// No early exit, so the compiler checks many bytes per instruction; non-ASCII takes
+/// the escaping path, which also makes it valid UTF-8.
+fn plain_json(b: &[u8]) -> bool {
+    b.iter().fold(true, |plain, &c| {
+        plain & (c.wrapping_sub(0x20) < 0x5f) & (c != b'"') & (c != b'\\')
+    })
+}
+
+/// Whether `b` is a bare logfmt value: visible ASCII but `"`, `=` and `\`, not empty,
+/// and not `-` (which says "no value").
+fn plain_text(b: &[u8]) -> bool {
+    !b.is_empty()
+        && b != b"-"
+        && b.iter().fold(true, |plain, &c| {
+            plain & (c.wrapping_sub(0x21) < 0x5e) & (c != b'"') & (c != b'=') & (c != b'\\')
+        })
+}
+
+/// A value quoted, with `\"`, `\\` and control characters escaped.
+fn logfmt_quoted(s: &str, out: &mut Vec<u8>) {
     out.push(b'"');
     for c in s.chars() {
         match c {

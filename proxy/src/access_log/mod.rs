@@ -141,11 +141,12 @@ impl AccessLog {
         self.settings.sample >= 1.0 || fastrand::f64() < self.settings.sample
     }
 
-    /// Formats a line on this thread and hands it to the writer, or counts it dropped.
-    fn put(&self, fields: impl FnOnce(&mut format::Line<'_, '_>)) {
+    /// Formats a line in style `S` on this thread and hands it to the writer, or
+    /// counts it dropped.
+    fn put<S: format::Style>(&self, fields: impl FnOnce(&mut format::Line<'_, '_, S>)) {
         let put = !self.stopped.load(Ordering::Relaxed)
             && ring::put(self, |w, out| {
-                let mut line = w.line(out);
+                let mut line = w.line::<S>(out);
                 fields(&mut line);
                 line.end();
             });
@@ -156,13 +157,19 @@ impl AccessLog {
 
     pub(crate) fn http(&self, record: Box<HttpRecord>) {
         if self.settings.statuses.contains(record.status) {
-            self.put(|line| format::http_line(&record, line));
+            match self.settings.format {
+                Format::Json => self.put::<format::Json>(|line| format::http_line(&record, line)),
+                Format::Text => self.put::<format::Text>(|line| format::http_line(&record, line)),
+            }
         }
         record.give_back();
     }
 
     pub fn l4(&self, record: Box<L4Record>) {
-        self.put(|line| format::l4_line(&record, line));
+        match self.settings.format {
+            Format::Json => self.put::<format::Json>(|line| format::l4_line(&record, line)),
+            Format::Text => self.put::<format::Text>(|line| format::l4_line(&record, line)),
+        }
     }
 
     /// Blocks until every line put so far is written and flushed, or `timeout`

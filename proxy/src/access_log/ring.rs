@@ -64,7 +64,7 @@ pub(super) fn put(log: &AccessLog, render: impl FnOnce(&mut LineWriter, &mut Vec
                     locals.push(Local {
                         log: key,
                         ring,
-                        lines: LineWriter::new(log.settings.format),
+                        lines: LineWriter::new(),
                         line: Vec::with_capacity(512),
                     });
                     let last = locals.len() - 1;

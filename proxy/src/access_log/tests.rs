@@ -153,61 +153,150 @@ fn trace_ids_come_only_from_valid_traceparents() {
     assert_eq!(t("garbage"), None);
 }
 
+/// One line of one field written by `field`, in style `S`.
+fn one_field<S: format::Style>(field: impl FnOnce(&mut format::Line<'_, '_, S>)) -> String {
+    let mut w = format::LineWriter::new();
+    let mut out = Vec::new();
+    let mut line = w.line::<S>(&mut out);
+    field(&mut line);
+    line.end();
+    String::from_utf8(out).unwrap()
+}
+
+/// A field in both styles: JSON quotes times and addresses, text leaves them bare.
+fn check_both(
+    field: impl Fn(&mut format::Line<'_, '_, format::Json>),
+    field_text: impl Fn(&mut format::Line<'_, '_, format::Text>),
+    bare: &str,
+    quoted: bool,
+) {
+    let q = if quoted {
+        format!("\"{bare}\"")
+    } else {
+        bare.to_owned()
+    };
+    assert_eq!(one_field(field), format!("{{\"k\":{q}}}\n"));
+    assert_eq!(one_field(field_text), format!("k={bare}\n"));
+}
+
 /// The hand-written renderer says what `fmt` and humantime would: times across
-/// seconds and days, durations, IPv4 and IPv6 addresses with ports.
+/// seconds and days, durations, IPv4 and IPv6 addresses with ports, numbers.
 #[test]
 fn lines_render_times_durations_and_addresses_as_fmt_does() {
-    use super::format::{LineWriter, Val};
     use std::net::{IpAddr, SocketAddr};
     use std::time::SystemTime;
+    let k = format::TEST_KEY;
     let t0 = SystemTime::UNIX_EPOCH + Duration::from_millis(1_796_264_547_123);
     let ms = Duration::from_millis;
-    let times = [
+    for t in [
         t0,
         t0 + ms(5),
         t0 + ms(877),
         t0 + ms(1_000),
         t0 + ms(86_400_999),
-    ];
-    let durations = [0, 999, 1_234_567, 5_000_000_000, 12_345_678_901];
+    ] {
+        let want = humantime::format_rfc3339_millis(t).to_string();
+        check_both(|l| l.time(k, t), |l| l.time(k, t), &want, true);
+    }
+    for nanos in [0, 999, 1_234_567, 5_000_000_000, 12_345_678_901] {
+        let d = Duration::from_nanos(nanos);
+        let want = format!("{:.3}", d.as_secs_f64() * 1000.0);
+        check_both(|l| l.ms(k, d), |l| l.ms(k, d), &want, false);
+    }
     let addrs: [SocketAddr; 3] = [
         "10.0.0.255:8080".parse().unwrap(),
         "[::1]:443".parse().unwrap(),
         "[2001:db8::1:0:0:1]:1".parse().unwrap(),
     ];
-    for format in [Format::Json, Format::Text] {
-        let q = |s: String| match format {
-            Format::Json => format!("\"{s}\""),
-            Format::Text => s,
-        };
-        let mut w = LineWriter::new(format);
-        let mut check = |val: Val<'_>, expect: String| {
-            let mut out = Vec::new();
-            w.write_line(&[("k", val)], &mut out);
-            let want = match format {
-                Format::Json => format!("{{\"k\":{expect}}}\n"),
-                Format::Text => format!("k={expect}\n"),
-            };
-            assert_eq!(String::from_utf8_lossy(&out), want);
-        };
-        for t in times {
-            check(
-                Val::Time(t),
-                q(humantime::format_rfc3339_millis(t).to_string()),
-            );
-        }
-        for nanos in durations {
-            let d = Duration::from_nanos(nanos);
-            check(Val::Ms(d), format!("{:.3}", d.as_secs_f64() * 1000.0));
-        }
-        for a in addrs {
-            check(Val::Addr(a), q(a.to_string()));
-            check(Val::Ip(a.ip()), q(a.ip().to_string()));
-        }
-        check(Val::Ip(IpAddr::from([0, 0, 0, 0])), q("0.0.0.0".to_owned()));
-        check(Val::Num(u64::MAX), u64::MAX.to_string());
-        check(Val::Bool(false), "false".to_owned());
+    for a in addrs {
+        let s = Some(a);
+        check_both(
+            |l| l.opt_addr(k, s),
+            |l| l.opt_addr(k, s),
+            &a.to_string(),
+            true,
+        );
+        let ip = a.ip();
+        check_both(|l| l.ip(k, ip), |l| l.ip(k, ip), &ip.to_string(), true);
     }
+    let zero = IpAddr::from([0, 0, 0, 0]);
+    check_both(|l| l.ip(k, zero), |l| l.ip(k, zero), "0.0.0.0", true);
+    for n in [0, 7, 10, 404, 65_535, u64::MAX] {
+        check_both(|l| l.num(k, n), |l| l.num(k, n), &n.to_string(), false);
+    }
+    check_both(|l| l.bool(k, false), |l| l.bool(k, false), "false", false);
+    assert_eq!(one_field::<format::Json>(|l| l.null(k)), "{\"k\":null}\n");
+    assert_eq!(one_field::<format::Text>(|l| l.null(k)), "k=-\n");
+}
+
+/// Every byte a client can send, alone and inside a value, comes out as JSON that
+/// reads back to the value (made valid UTF-8), and as text that is bare only when
+/// nothing in it could split, quote or assign; quoted text reads back the same.
+#[test]
+fn every_byte_is_escaped_or_plain_as_it_must_be() {
+    use format::{Json, Text};
+    let k = format::TEST_KEY;
+    for b in 0..=255u8 {
+        for value in [vec![b], vec![b'a', b, b'z'], vec![b; 40]] {
+            let lossy = String::from_utf8_lossy(&value).into_owned();
+            let json = one_field::<Json>(|l| l.bytes(k, &value));
+            let v: serde_json::Value = serde_json::from_str(json.trim_end())
+                .unwrap_or_else(|e| panic!("byte {b:#x}: {json:?}: {e}"));
+            assert_eq!(v["k"], lossy, "byte {b:#x}");
+            assert_eq!(json.matches('\n').count(), 1, "byte {b:#x}: {json:?}");
+
+            let text = one_field::<Text>(|l| l.bytes(k, &value));
+            let got = text
+                .strip_prefix("k=")
+                .and_then(|t| t.strip_suffix('\n'))
+                .unwrap();
+            // `-` alone says "no value", so it is quoted too.
+            if b.is_ascii_graphic() && !matches!(b, b'"' | b'=' | b'\\') && value != b"-" {
+                assert_eq!(got, lossy, "byte {b:#x}");
+            } else {
+                assert!(
+                    got.len() >= 2 && got.starts_with('"') && got.ends_with('"'),
+                    "byte {b:#x}: {got:?}"
+                );
+                assert!(
+                    !got.contains('\n') && !got.contains('\r'),
+                    "byte {b:#x}: {got:?}"
+                );
+                assert_eq!(unquote_logfmt(got), lossy, "byte {b:#x}: {got:?}");
+            }
+        }
+    }
+    assert_eq!(
+        one_field::<Text>(|l| l.str(k, "-")),
+        "k=\"-\"\n",
+        "- is quoted"
+    );
+    assert_eq!(one_field::<Text>(|l| l.str(k, "")), "k=\"\"\n");
+    assert_eq!(one_field::<Json>(|l| l.str(k, "")), "{\"k\":\"\"}\n");
+}
+
+/// Reads a quoted logfmt value back: the inverse of the renderer's escaping.
+fn unquote_logfmt(quoted: &str) -> String {
+    let mut out = String::new();
+    let mut chars = quoted[1..quoted.len() - 1].chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('t') => out.push('\t'),
+            Some('u') => {
+                let hex: String = chars.by_ref().skip(1).take_while(|&c| c != '}').collect();
+                out.push(char::from_u32(u32::from_str_radix(&hex, 16).unwrap()).unwrap());
+            }
+            Some(other) => out.push(other),
+            None => panic!("a lone backslash ends {quoted:?}"),
+        }
+    }
+    out
 }
 
 /// A logged record lets go of what it held of its request as soon as its line is
@@ -280,7 +369,7 @@ async fn relayed_records_copy_their_fields() {
     let text = lines(log, &sink);
     let second = text.lines().nth(1).unwrap_or_default();
     assert_says(
-        &second,
+        second,
         &[
             "path=/second ",
             "authority=b.example.com",
