@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 use std::io::Write;
 use std::marker::PhantomData;
-use std::net::{IpAddr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, SystemTime};
 
 use http::Version;
@@ -153,6 +153,11 @@ pub(super) struct LineWriter {
     /// `YYYY-MM-DDTHH:MM:SS` of `second` (since the Unix epoch).
     second: u64,
     stamp: [u8; 19],
+    /// The last client address written, and its text: a connection's requests, or a
+    /// load balancer's, come from one address.
+    client: Option<Ipv4Addr>,
+    client_text: [u8; 15],
+    client_len: usize,
 }
 
 impl LineWriter {
@@ -160,6 +165,29 @@ impl LineWriter {
         Self {
             second: u64::MAX,
             stamp: [0; 19],
+            client: None,
+            client_text: [0; 15],
+            client_len: 0,
+        }
+    }
+
+    /// A client address, its text kept for the next line from it.
+    fn client(&mut self, a: IpAddr, out: &mut Vec<u8>) {
+        let IpAddr::V4(v4) = a else {
+            return ip(a, out);
+        };
+        let text = self.client_text.get(..self.client_len).unwrap_or_default();
+        if self.client == Some(v4) {
+            out.extend_from_slice(text);
+            return;
+        }
+        let start = out.len();
+        ip(a, out);
+        let written = out.get(start..).unwrap_or_default();
+        if let Some(keep) = self.client_text.get_mut(..written.len()) {
+            keep.copy_from_slice(written);
+            self.client = Some(v4);
+            self.client_len = written.len();
         }
     }
 
@@ -312,7 +340,7 @@ impl<S: Style> Line<'_, '_, S> {
     pub(super) fn ip(&mut self, key: &Key, a: IpAddr) {
         self.key(key);
         self.quote();
-        ip(a, self.out);
+        self.writer.client(a, self.out);
         self.quote();
     }
 
@@ -404,12 +432,18 @@ fn string<S: Style>(b: &[u8], out: &mut Vec<u8>) {
         }
     } else if plain_text(b) {
         out.extend_from_slice(b);
+    } else if plain_json(b) {
+        // Spaces (a browser's user agent) or `=` only: quoted, nothing to escape.
+        out.push(b'"');
+        out.extend_from_slice(b);
+        out.push(b'"');
     } else {
         logfmt_quoted(&String::from_utf8_lossy(b), out);
     }
 }
 
-/// Whether `b` can stand in a JSON string as is: printable ASCII but `"` and `\`.
+/// Whether `b` can stand in a JSON string, or a quoted text value, as is: printable
+/// ASCII but `"` and `\`.
 /// No early exit, so the compiler checks many bytes per instruction; non-ASCII takes
 /// the escaping path, which also makes it valid UTF-8.
 fn plain_json(b: &[u8]) -> bool {

@@ -70,7 +70,7 @@ async fn one(log: &'static AccessLog, status: u16, path: &str) {
         )
         .body(http_body_util::Empty::<Bytes>::new())
         .unwrap();
-    let mut record = begin_http(Some(log), &conn, &req, 0, Instant::now()).unwrap();
+    let mut record = begin_http(Some(log), &conn, &req, id(&req), 0, Instant::now()).unwrap();
     record.set_answer(status, Some("no_route"));
     let body = LoggedBody::new(
         Either::Right(Full::new(Bytes::from_static(b"no route\n"))),
@@ -78,6 +78,13 @@ async fn one(log: &'static AccessLog, status: u16, path: &str) {
     );
     let sent = body.collect().await.unwrap().to_bytes();
     assert_eq!(&sent[..], b"no route\n");
+}
+
+/// The request's `x-request-id`, as the edge hands it to the record.
+fn id<B>(req: &Request<B>) -> &[u8] {
+    req.headers()
+        .get(crate::trace::X_REQUEST_ID)
+        .map_or(&[][..], HeaderValue::as_bytes)
 }
 
 fn lines(log: &AccessLog, sink: &Shared) -> String {
@@ -229,6 +236,21 @@ fn lines_render_times_durations_and_addresses_as_fmt_does() {
     assert_eq!(one_field::<format::Text>(|l| l.null(k)), "k=-\n");
 }
 
+/// A writer keeps the last client's text: a line from another client says its own.
+#[test]
+fn each_line_says_its_own_client() {
+    let mut w = format::LineWriter::new();
+    let mut out = Vec::new();
+    let clients = ["10.0.0.1", "10.0.0.1", "192.168.100.200", "::1", "10.0.0.1"];
+    for client in clients {
+        let mut line = w.line::<format::Text>(&mut out);
+        line.ip(format::TEST_KEY, client.parse().unwrap());
+        line.end();
+    }
+    let want: String = clients.iter().map(|c| format!("k={c}\n")).collect();
+    assert_eq!(String::from_utf8(out).unwrap(), want);
+}
+
 /// Every byte a client can send, alone and inside a value, comes out as JSON that
 /// reads back to the value (made valid UTF-8), and as text that is bare only when
 /// nothing in it could split, quote or assign; quoted text reads back the same.
@@ -309,7 +331,7 @@ async fn a_logged_record_lets_go_of_its_request() {
         .uri("/first")
         .body(Full::new(Bytes::from_static(b"body")))
         .unwrap();
-    let mut record = begin_http(Some(log), &conn, &req, 0, Instant::now()).unwrap();
+    let mut record = begin_http(Some(log), &conn, &req, id(&req), 0, Instant::now()).unwrap();
     record.set_answer(200, None);
     let counter = record.request_counter().unwrap();
     log.http(record);
@@ -394,7 +416,7 @@ async fn full_path_records_copy_their_fields() {
         .header("x-request-id", "req-7")
         .body(Full::new(Bytes::new()))
         .unwrap();
-    let mut record = begin_http(Some(log), &conn, &req, 0, Instant::now()).unwrap();
+    let mut record = begin_http(Some(log), &conn, &req, id(&req), 0, Instant::now()).unwrap();
     record.set_answer(200, None);
     drop(req);
     log.http(record);
@@ -416,7 +438,8 @@ async fn full_path_records_copy_their_fields() {
         .uri("c.example.com:443")
         .body(Full::new(Bytes::new()))
         .unwrap();
-    let mut record = begin_http(Some(log), &conn, &connect, 0, Instant::now()).unwrap();
+    let mut record =
+        begin_http(Some(log), &conn, &connect, id(&connect), 0, Instant::now()).unwrap();
     record.set_answer(404, Some("no_route"));
     log.http(record);
     let line = lines(log, &sink);

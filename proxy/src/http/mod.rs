@@ -113,8 +113,14 @@ pub async fn handle(
         Some(tracer) => tracer.begin(&mut req, &conn, state.trusted_hops, started),
         None => None,
     };
-    let mut record =
-        access_log::begin_http(state.access_log, &conn, &req, state.trusted_hops, started);
+    let mut record = access_log::begin_http(
+        state.access_log,
+        &conn,
+        &req,
+        request_id.as_bytes(),
+        state.trusted_hops,
+        started,
+    );
     let counter = record.as_ref().and_then(|r| r.request_counter());
     let req = req.map(|b| RequestBody::new(b, counter));
     // The phases before and after forwarding are plain functions, so the one await is
