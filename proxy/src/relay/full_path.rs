@@ -158,16 +158,19 @@ struct ResponseHead {
 impl Default for ResponseHead {
     fn default() -> Self {
         Self {
-            headers: HeaderMap::with_capacity(16),
+            headers: HeaderMap::new(),
             valid: true,
         }
     }
 }
 
 impl HeadOut for ResponseHead {
-    fn status(&mut self, _status: u16, _reason: &str) {
-        // An interim answer's headers are not the final one's.
-        self.headers.clear();
+    fn status(&mut self, _status: u16, _reason: &str, headers: usize) {
+        // Sized for the upstream's headers and the request ID the edge adds: a map
+        // sized for 16 held 24 entries, 2.5 KiB, larger than glibc's per-thread cache
+        // takes (1 KiB), so every answer's map went through its slower bins; an
+        // answer of up to 5 headers now takes 624 bytes.
+        self.headers = HeaderMap::with_capacity(headers + 1);
         self.valid = true;
     }
 

@@ -59,7 +59,9 @@ pub(super) enum Parsed {
 /// Where a final answer's head goes, field by field: the relay's client head
 /// ([`ClientHead`]) or the full path's response (`super::full_path`).
 pub(super) trait HeadOut {
-    fn status(&mut self, status: u16, reason: &str);
+    /// The status line; `headers`: how many headers the upstream sent (some of them
+    /// are not copied), to size what holds them.
+    fn status(&mut self, status: u16, reason: &str, headers: usize);
     /// A header the client gets (not one of [`NOT_COPIED`]).
     fn header(&mut self, name: &str, value: &[u8]);
     fn end(&mut self, framing: Framing);
@@ -75,7 +77,7 @@ pub(super) struct ClientHead<'a> {
 }
 
 impl HeadOut for ClientHead<'_> {
-    fn status(&mut self, status: u16, reason: &str) {
+    fn status(&mut self, status: u16, reason: &str, _headers: usize) {
         let out = &mut *self.out;
         out.clear();
         out.extend_from_slice(b"HTTP/1.1 ");
@@ -166,7 +168,7 @@ pub(super) fn parse(buf: &[u8], head_request: bool, out: &mut impl HeadOut) -> R
     } else {
         length.map_or(Framing::Close, Framing::Length)
     };
-    out.status(status, resp.reason.unwrap_or(""));
+    out.status(status, resp.reason.unwrap_or(""), resp.headers.len());
     for h in resp.headers.iter() {
         let drop = skipped(h.name)
             // With Transfer-Encoding, Content-Length is not the framing (RFC 9112
