@@ -62,8 +62,9 @@ pub(super) trait HeadOut {
     /// The status line; `headers`: how many headers the upstream sent (some of them
     /// are not copied), to size what holds them.
     fn status(&mut self, status: u16, reason: &str, headers: usize);
-    /// A header the client gets (not one of [`NOT_COPIED`]).
-    fn header(&mut self, name: &str, value: &[u8]);
+    /// A header the client gets (not one of [`NOT_COPIED`]); its value starts `at`
+    /// bytes into the head.
+    fn header(&mut self, name: &str, value: &[u8], at: usize);
     fn end(&mut self, framing: Framing);
 }
 
@@ -92,7 +93,7 @@ impl HeadOut for ClientHead<'_> {
         out.extend_from_slice(b"\r\n");
     }
 
-    fn header(&mut self, name: &str, value: &[u8]) {
+    fn header(&mut self, name: &str, value: &[u8], _at: usize) {
         let out = &mut *self.out;
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
@@ -175,7 +176,9 @@ pub(super) fn parse(buf: &[u8], head_request: bool, out: &mut impl HeadOut) -> R
             // §6.3): passing both on would let a later reader pick the other one.
             || (encoded && h.name.eq_ignore_ascii_case("content-length"));
         if !drop {
-            out.header(h.name, h.value);
+            // httparse's values are slices of `buf`.
+            let at = (h.value.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize);
+            out.header(h.name, h.value, at);
         }
     }
     out.end(framing);
