@@ -33,6 +33,15 @@ pub(super) struct Attempt<'a> {
     pub head_request: bool,
 }
 
+/// The request head an attempt sends: ready in a buffer of the caller's (the relay
+/// keeps one per connection), or written by a function into the buffer the answer is
+/// then read into (the full path: no buffer of its own per request; a resend writes
+/// it again).
+pub(super) enum RequestHead<'h, W> {
+    Ready(&'h [u8]),
+    Written(W),
+}
+
 impl<'a> Attempt<'a> {
     /// Sends `head` and reads the answer's head into `up`, giving its fields to `out`;
     /// returns the connection, the answer and the endpoint that answered. As the full
@@ -40,9 +49,9 @@ impl<'a> Attempt<'a> {
     /// refused connect goes to one other endpoint at once, and a pooled connection that
     /// ends before any answer byte (the peer closed it while idle) is replaced by a new
     /// one to the same endpoint, since the request (idempotent, no body) may go again.
-    pub(super) async fn send(
+    pub(super) async fn send<W: Fn(&mut BytesMut)>(
         &self,
-        head: &[u8],
+        head: RequestHead<'_, W>,
         up: &mut BytesMut,
         out: &mut impl HeadOut,
         retries: &mut u32,
@@ -78,7 +87,16 @@ impl<'a> Attempt<'a> {
                 },
             };
             up.clear();
-            let result = match conn.write_all(head).await {
+            let written = match &head {
+                RequestHead::Ready(head) => conn.write_all(head).await,
+                RequestHead::Written(write) => {
+                    write(up);
+                    let written = conn.write_all(&up[..]).await;
+                    up.clear();
+                    written
+                }
+            };
+            let result = match written {
                 Ok(()) => self.answer_head(&mut conn, up, out).await,
                 Err(_) => Err(None),
             };

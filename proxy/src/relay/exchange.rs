@@ -2,12 +2,12 @@
 //! answer's head back, its body passed to the client as framed, the connection back
 //! to the pool when it can carry another request.
 
-use bytes::Buf;
+use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::attempt::{Attempt, Failed};
+use super::attempt::{Attempt, Failed, RequestHead};
 use super::chunked::Chunked;
 use super::pool::RelayPool;
 use super::response::{Answer, ClientHead, Framing};
@@ -51,7 +51,7 @@ impl<'a> Exchange<'a> {
                 close: self.close,
             };
             let send = attempt.send(
-                &bufs.upstream_head,
+                RequestHead::<fn(&mut BytesMut)>::Ready(&bufs.upstream_head),
                 &mut bufs.up,
                 &mut client_head,
                 &mut retries,

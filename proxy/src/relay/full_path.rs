@@ -20,7 +20,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Method, Response, StatusCode, hea
 use hyper::body::{Body, Frame, SizeHint};
 use tokio::net::TcpStream;
 
-use super::attempt::{Attempt, Failed};
+use super::attempt::{Attempt, Failed, RequestHead};
 use super::chunked::Chunked;
 use super::pool::{PoolHandle, RelayPool};
 use super::response::{Framing, HeadOut};
@@ -64,7 +64,6 @@ pub(crate) async fn exchange(
     path_and_query: &PathAndQuery,
     tried: &mut Tried,
 ) -> Result<Response<RelayedBody>, ProxyError> {
-    let head = upstream_head(parts, path_and_query);
     let attempt = Attempt {
         pool,
         backend,
@@ -76,7 +75,12 @@ pub(crate) async fn exchange(
     let mut retries = 0;
     tried.endpoint = Some(endpoint.addr);
     let sent = attempt
-        .send(&head, &mut up, &mut answer_head, &mut retries)
+        .send(
+            RequestHead::Written(|buf: &mut BytesMut| upstream_head(parts, path_and_query, buf)),
+            &mut up,
+            &mut answer_head,
+            &mut retries,
+        )
         .await;
     tried.retries = retries;
     pool.byte_exchanges.increment(1);
@@ -135,11 +139,10 @@ pub(crate) async fn exchange(
     Ok(resp)
 }
 
-/// The request line and headers as prepared, origin-form.
-fn upstream_head(parts: &http::request::Parts, path_and_query: &PathAndQuery) -> Vec<u8> {
-    let mut head = Vec::with_capacity(256 + parts.headers.len() * 32);
+/// The request line and headers as prepared, origin-form, appended to `head`.
+fn upstream_head(parts: &http::request::Parts, path_and_query: &PathAndQuery, head: &mut BytesMut) {
     head.extend_from_slice(parts.method.as_str().as_bytes());
-    head.push(b' ');
+    head.extend_from_slice(b" ");
     head.extend_from_slice(path_and_query.as_str().as_bytes());
     head.extend_from_slice(b" HTTP/1.1\r\n");
     for (name, value) in &parts.headers {
@@ -149,7 +152,6 @@ fn upstream_head(parts: &http::request::Parts, path_and_query: &PathAndQuery) ->
         head.extend_from_slice(b"\r\n");
     }
     head.extend_from_slice(b"\r\n");
-    head
 }
 
 /// The answer's headers as the client gets them: each name, and where its value is in
