@@ -30,13 +30,9 @@ load_kind=${PROFILE_LOAD:-keepalive}
 read -r -a extra_args <<<"${PROFILE_ARGS:-}"
 
 rm -rf "$out"
-mkdir -p "$out/aether" "$out/tmp"
-sed -e "s|@RUN_DIR@|$out|g" -e "s|@UP_PORT@|$up_port|g" \
-  "$here/conf/nginx-upstream-h1.conf" >"$out/upstream.conf"
-# The benchmark's manifests without the HTTPS listener (no Secret here).
-sed -e "s|@AETHER_PORT@|$proxy_port|g" -e "s|@UP_PORT@|$up_port|g" \
-  "$here/conf/aether/gateway.yaml" |
-  awk '/name: https/ {skip = 1} skip && /^---/ {skip = 0} !skip' >"$out/aether/gateway.yaml"
+# shellcheck disable=SC1091 # upstream.sh beside this script, checked on its own
+source "$here/upstream.sh"
+render_configs "$out" "$up_port" "$proxy_port"
 
 pids=()
 cleanup() {
