@@ -172,14 +172,19 @@ impl AccessLog {
         }
     }
 
+    /// Has the writer drain the rings now rather than at its next timer.
+    fn wake_writer(&self) {
+        if let Some(writer) = self.writer.get() {
+            writer.unpark();
+        }
+    }
+
     /// Blocks until every line put so far is written and flushed, or `timeout`
     /// passes: call at exit, from a thread that may block.
     pub fn flush(&self, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         let want = self.flush_asked.fetch_add(1, Ordering::AcqRel) + 1;
-        if let Some(writer) = self.writer.get() {
-            writer.unpark();
-        }
+        self.wake_writer();
         while self.flushed.load(Ordering::Acquire) < want
             && !self.stopped.load(Ordering::Acquire)
             && Instant::now() < deadline

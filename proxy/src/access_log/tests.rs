@@ -554,3 +554,35 @@ fn a_full_ring_refuses_lines_without_waiting() {
         .collect();
     assert_eq!(got, (0..taken).collect::<Vec<_>>());
 }
+
+/// Lines put faster than the writer's timer drains (a busy worker: here 64 KB a
+/// millisecond, four rings in the writer's 10 ms) reach the output: the worker wakes
+/// the writer as its ring fills. Waiting for the timer lost most of them.
+#[test]
+fn a_filling_ring_wakes_the_writer() {
+    let (log, sink) = start(Format::Text, "2xx");
+    let line = "y".repeat(999);
+    let (mut taken, mut refused) = (0usize, 0usize);
+    for _ in 0..40 {
+        for _ in 0..64 {
+            let ok = super::ring::put(log, |_, out| {
+                out.extend_from_slice(format!("{taken:05} {line}\n").as_bytes());
+            });
+            if ok {
+                taken += 1;
+            } else {
+                refused += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // A scheduler that keeps the writer off the CPU for milliseconds may cost a few
+    // lines; waiting for the timer refused more than half of them.
+    assert!(
+        refused * 20 < taken + refused,
+        "{refused} of {} lines refused",
+        taken + refused
+    );
+    let text = lines(log, &sink);
+    assert_eq!(text.lines().count(), taken, "every line taken is written");
+}

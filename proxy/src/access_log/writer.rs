@@ -1,7 +1,7 @@
 //! The writer thread: drains every thread's ring of formatted lines and writes them
 //! out. A thread, not a task: writing stdout blocks (a slow pipe, a full disk), and that
 //! must stall only the log, never a tokio worker. It polls the rings on a short timer,
-//! so a request putting its line never has to wake it.
+//! so a request putting its line wakes it only when its ring passes half full.
 
 use std::io::Write;
 use std::sync::atomic::Ordering;
@@ -9,17 +9,14 @@ use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use super::AccessLog;
-use super::ring::{RING, Reader};
+use super::ring::Reader;
 
-/// How long the writer sleeps after finding lines, and at most when idle. The writer
-/// polls instead of being woken: a wake per line is a futex call and a context switch
-/// per request that cost the request path more than its line (measured: a third of a
-/// core at 12k req/s). An idle edge wakes 10 times a second.
+/// How long the writer sleeps after finding lines, and at most when idle, unless a
+/// filling ring wakes it. It is not woken per line: a wake per line is a futex call
+/// and a context switch per request that cost the request path more than its line
+/// (measured: a third of a core at 12k req/s). An idle edge wakes 10 times a second.
 const BUSY_INTERVAL: Duration = Duration::from_millis(10);
 const IDLE_INTERVAL: Duration = Duration::from_millis(100);
-/// After a pass that found a ring a quarter full: the traffic would fill it before
-/// the next busy pass.
-const FILLING_INTERVAL: Duration = Duration::from_millis(1);
 
 pub(super) fn spawn(
     log: &'static AccessLog,
@@ -55,9 +52,7 @@ fn run(log: &'static AccessLog, new_rings: &Receiver<Reader>, mut out: Box<dyn W
         // A thread that ended leaves its ring; what it put is written above.
         rings.retain(|r| !(r.is_abandoned() && r.is_empty()));
         log.flushed.store(asked, Ordering::Release);
-        idle = if most > RING / 4 {
-            FILLING_INTERVAL
-        } else if most > 0 {
+        idle = if most > 0 {
             BUSY_INTERVAL
         } else {
             (idle * 2).min(IDLE_INTERVAL)
