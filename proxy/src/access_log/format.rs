@@ -7,11 +7,13 @@ use std::borrow::Cow;
 use std::io::Write;
 use std::marker::PhantomData;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use http::Version;
 
 use super::record::{Copied, HttpRecord, L4Record};
+use crate::routing::RuleAction;
 use crate::snapshot::Listener;
 
 /// How a line is written, as a type: each format's lines are their own code, so a
@@ -79,8 +81,8 @@ macro_rules! key {
 #[cfg(test)]
 pub(super) const TEST_KEY: &Key = key!("k");
 
-/// The fields every line starts with: when, what kind, where it arrived, and the
-/// route (kind and name) that took it.
+/// The fields an L4 line starts with: when, what kind, where it arrived, and the
+/// route (kind and name) that took it. An HTTP line has the same, and its rule.
 #[inline(always)]
 fn opening<S: Style>(
     line: &mut Line<'_, '_, S>,
@@ -91,22 +93,27 @@ fn opening<S: Style>(
 ) {
     line.time(key!("time"), time);
     line.str(key!("kind"), kind);
+    place(line, l);
+    line.opt_str(key!("route_kind"), route.map(|r| r.0));
+    line.opt_str(key!("route"), route.map(|r| r.1));
+}
+
+/// The Gateway and listener a request or connection arrived on.
+#[inline(always)]
+fn place<S: Style>(line: &mut Line<'_, '_, S>, l: Option<&Listener>) {
     line.opt_str(key!("gateway"), l.map(|l| &*l.gateway));
     match l {
         Some(l) => line.str(key!("listener"), &listener_name(l)),
         None => line.null(key!("listener")),
     }
-    line.opt_str(key!("route_kind"), route.map(|r| r.0));
-    line.opt_str(key!("route"), route.map(|r| r.1));
 }
 
 /// One HTTP request's line. Fields go straight into the line, no list built first:
 /// a list of 24 values was a kilobyte written and read again per request.
 pub(super) fn http_line<S: Style>(r: &HttpRecord, line: &mut Line<'_, '_, S>) {
-    let rule = r.rule.as_deref();
-    let route = rule.map(|a| (a.kind, &*a.route));
-    opening(line, r.time, "http", r.listener.as_deref(), route);
-    line.opt_str(key!("rule"), rule.and_then(|a| a.rule.as_deref()));
+    line.time(key!("time"), r.time);
+    line.str(key!("kind"), "http");
+    line.names(r.listener.as_ref(), r.rule.as_ref());
     line.ip(key!("client"), r.client);
     line.header(key!("authority"), r.field(Copied::Authority));
     line.str(key!("method"), r.method.as_str());
@@ -133,6 +140,15 @@ pub(super) fn http_line<S: Style>(r: &HttpRecord, line: &mut Line<'_, '_, S>) {
     line.header(key!("user_agent"), r.field(Copied::UserAgent));
 }
 
+/// An HTTP line's names: where it arrived, and the route and rule that took it.
+#[inline(always)]
+fn names_of<S: Style>(line: &mut Line<'_, '_, S>, l: Option<&Listener>, rule: Option<&RuleAction>) {
+    place(line, l);
+    line.opt_str(key!("route_kind"), rule.map(|a| a.kind));
+    line.opt_str(key!("route"), rule.map(|a| &*a.route));
+    line.opt_str(key!("rule"), rule.and_then(|a| a.rule.as_deref()));
+}
+
 /// One L4 connection's line.
 pub(super) fn l4_line<S: Style>(r: &L4Record, line: &mut Line<'_, '_, S>) {
     let route = r.target.as_deref().map(|t| (t.kind, &*t.route));
@@ -147,6 +163,9 @@ pub(super) fn l4_line<S: Style>(r: &L4Record, line: &mut Line<'_, '_, S>) {
     line.ms(key!("duration_ms"), r.duration);
 }
 
+/// Longer names than this are written each time rather than kept.
+const NAMES_KEPT: usize = 1024;
+
 /// Renders lines: the current second's timestamp already formatted (most lines of a
 /// second share it). One per thread that writes lines.
 pub(super) struct LineWriter {
@@ -158,6 +177,36 @@ pub(super) struct LineWriter {
     client: Option<Ipv4Addr>,
     client_text: [u8; 15],
     client_len: usize,
+    /// The last HTTP line's listener and rule, and their five fields as written: a
+    /// worker's requests mostly go one route after another the same way. The `Arc`s
+    /// are held, so a pointer compared equal is the same listener and rule, never a
+    /// new one at a freed one's address.
+    names: Option<Names>,
+}
+
+struct Names {
+    listener: Option<Arc<Listener>>,
+    rule: Option<Arc<RuleAction>>,
+    json: bool,
+    text: Vec<u8>,
+}
+
+impl Names {
+    fn is_for(
+        &self,
+        json: bool,
+        l: Option<&Arc<Listener>>,
+        rule: Option<&Arc<RuleAction>>,
+    ) -> bool {
+        fn same<T>(a: Option<&Arc<T>>, b: Option<&Arc<T>>) -> bool {
+            match (a, b) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            }
+        }
+        self.json == json && same(self.listener.as_ref(), l) && same(self.rule.as_ref(), rule)
+    }
 }
 
 impl LineWriter {
@@ -168,6 +217,7 @@ impl LineWriter {
             client: None,
             client_text: [0; 15],
             client_len: 0,
+            names: None,
         }
     }
 
@@ -361,6 +411,32 @@ impl<S: Style> Line<'_, '_, S> {
         self.out.push(b':');
         digits(u64::from(a.port()), self.out);
         self.quote();
+    }
+
+    /// The gateway, listener, route kind, route and rule fields: copied from the last
+    /// line this thread wrote when it had the same listener and rule, else written and
+    /// kept. Never the line's first field.
+    pub(super) fn names(&mut self, l: Option<&Arc<Listener>>, rule: Option<&Arc<RuleAction>>) {
+        if let Some(kept) = &self.writer.names
+            && kept.is_for(S::JSON, l, rule)
+        {
+            self.out.extend_from_slice(&kept.text);
+            return;
+        }
+        let start = self.out.len();
+        names_of(self, l.map(|l| &**l), rule.map(|r| &**r));
+        let written = self.out.get(start..).unwrap_or_default();
+        let mut text = self.writer.names.take().map(|n| n.text).unwrap_or_default();
+        text.clear();
+        if written.len() <= NAMES_KEPT {
+            text.extend_from_slice(written);
+            self.writer.names = Some(Names {
+                listener: l.cloned(),
+                rule: rule.cloned(),
+                json: S::JSON,
+                text,
+            });
+        }
     }
 
     /// Ends the line with its newline.
