@@ -5,21 +5,25 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aether_controller::manifest::{self, ManifestError};
 use aether_controller::store::ObjectId;
 use aether_controller::{Object, Store};
 use notify::{EventKind, RecursiveMode, Watcher};
+use smallvec::SmallVec;
 use tokio::sync::mpsc;
 
 pub struct FileSource {
     paths: Vec<PathBuf>,
     store: Store,
-    files: BTreeMap<PathBuf, FileState>,
+    /// Keyed by shared paths: every object a file declares names it in `declared_by`.
+    files: BTreeMap<Arc<Path>, FileState>,
     /// The files declaring each object, in load order: the last one's version is
-    /// served, as if the files were applied one after another.
-    declared_by: HashMap<ObjectId, Vec<PathBuf>>,
+    /// served, as if the files were applied one after another. Nearly always one, held
+    /// in place: a list and a path of its own per object were 90 bytes a route.
+    declared_by: HashMap<ObjectId, SmallVec<[Arc<Path>; 1]>>,
     /// The errors last reported, so that a load changing nothing publishes nothing.
     last_errors: Vec<ManifestError>,
 }
@@ -36,15 +40,24 @@ struct FileState {
     /// Hash of the whole text last read.
     hash: u64,
     /// The hash of every document of the last good content, and what it declares: a
-    /// change re-parses only the documents whose text changed.
+    /// change re-parses only the documents whose text changed. (Its objects are
+    /// derived from it when the file changes, not kept beside it.)
     docs: Vec<(u64, Option<ObjectId>)>,
-    /// Per object declared, the hash of the document that declares it (the last one,
-    /// when a file declares an object twice).
-    objects: BTreeMap<ObjectId, u64>,
     /// The errors of the last read.
     errors: Vec<ManifestError>,
     /// Has any content of this file loaded without errors?
     seen_good: bool,
+}
+
+impl FileState {
+    /// Per object declared, the hash of the document that declares it (the last one,
+    /// when a file declares an object twice).
+    fn objects(&self) -> BTreeMap<ObjectId, u64> {
+        self.docs
+            .iter()
+            .filter_map(|(h, id)| id.clone().map(|id| (id, *h)))
+            .collect()
+    }
 }
 
 /// What a load found.
@@ -89,26 +102,26 @@ impl FileSource {
         let touched = touched.filter(|t| t.iter().all(|p| files.binary_search(p).is_ok()));
         let mut changed = false;
         // Files that are gone take their objects with them (`expand` returns them sorted).
-        let gone: Vec<PathBuf> = self
+        let gone: Vec<Arc<Path>> = self
             .files
             .keys()
-            .filter(|p| files.binary_search(p).is_err())
+            .filter(|p| files.binary_search_by(|f| f.as_path().cmp(p)).is_err())
             .cloned()
             .collect();
         for file in gone {
             if let Some(state) = self.files.remove(&file) {
-                for id in state.objects.keys() {
+                for id in state.objects().keys() {
                     changed |= self.withdraw(&file, id);
                 }
             }
         }
         for file in &files {
             let untouched =
-                touched.is_some_and(|t| !t.contains(file)) && self.files.contains_key(file);
+                touched.is_some_and(|t| !t.contains(file)) && self.files.contains_key(&**file);
             if !untouched {
                 changed |= self.load_file(file);
             }
-            if let Some(state) = self.files.get(file) {
+            if let Some(state) = self.files.get(&**file) {
                 errors.extend(state.errors.iter().cloned());
             }
         }
@@ -122,7 +135,10 @@ impl FileSource {
     /// Brings one file's objects up to date; true if the Store changed.
     fn load_file(&mut self, file: &Path) -> bool {
         let stamp = stamp(file);
-        let state = self.files.entry(file.to_owned()).or_default();
+        let state = match self.files.entry(Arc::from(file)) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => e.insert(FileState::default()),
+        };
         let settled = match (stamp, state.read_at) {
             (Some((_, modified, _)), Some(read_at)) => modified + STAMP_SETTLED < read_at,
             _ => false,
@@ -183,13 +199,10 @@ impl FileSource {
             state.errors.clear();
             state.seen_good = true;
         }
-        let objects: BTreeMap<ObjectId, u64> = docs
-            .iter()
-            .filter_map(|(h, id)| id.clone().map(|id| (id, *h)))
-            .collect();
-        let before = std::mem::take(&mut state.objects);
+        let before = state.objects();
+        docs.shrink_to_fit();
         state.docs = docs;
-        state.objects.clone_from(&objects);
+        let objects = state.objects();
         let mut changed = false;
         for id in before.keys().filter(|id| !objects.contains_key(*id)) {
             changed |= self.withdraw(file, id);
@@ -214,13 +227,15 @@ impl FileSource {
 
     /// `file` declares `object`: the Store takes it unless a later file also declares it.
     fn declare(&mut self, file: &Path, id: &ObjectId, object: Object) -> bool {
+        let shared = match self.files.get_key_value(file) {
+            Some((path, _)) => Arc::clone(path),
+            None => Arc::from(file),
+        };
         let files = self.declared_by.entry(id.clone()).or_default();
-        if let Err(at) = files.binary_search_by(|f| f.as_path().cmp(file)) {
-            // One file per object is the rule; a push would reserve four (kept per object).
-            files.reserve_exact(1);
-            files.insert(at, file.to_owned());
+        if let Err(at) = files.binary_search_by(|f| (**f).cmp(file)) {
+            files.insert(at, shared);
         }
-        if files.last().is_some_and(|last| last != file) {
+        if files.last().is_some_and(|last| **last != *file) {
             tracing::warn!(object = %id, file = %file.display(), served_from = %files.last().map(|f| f.display().to_string()).unwrap_or_default(), "object declared in several files; the last file's version is served");
             return false;
         }
@@ -233,8 +248,8 @@ impl FileSource {
         let Some(files) = self.declared_by.get_mut(id) else {
             return false;
         };
-        let was_served = files.last().is_some_and(|f| f == file);
-        files.retain(|f| f != file);
+        let was_served = files.last().is_some_and(|f| **f == *file);
+        files.retain(|f| **f != *file);
         let next = files.last().cloned();
         if files.is_empty() {
             self.declared_by.remove(id);
