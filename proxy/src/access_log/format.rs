@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use std::io::Write;
 use std::marker::PhantomData;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
 use http::Version;
@@ -178,15 +178,16 @@ pub(super) struct LineWriter {
     client_text: [u8; 15],
     client_len: usize,
     /// The last HTTP line's listener and rule, and their five fields as written: a
-    /// worker's requests mostly go one route after another the same way. The `Arc`s
-    /// are held, so a pointer compared equal is the same listener and rule, never a
-    /// new one at a freed one's address.
+    /// worker's requests mostly go one route after another the same way. Held weakly:
+    /// a `Weak` keeps the allocation, so a pointer compared equal is the same listener
+    /// and rule, never a new one at a freed one's address, but not the contents, whose
+    /// metric handles must go with a removed route (its series leave `/metrics`).
     names: Option<Names>,
 }
 
 struct Names {
-    listener: Option<Arc<Listener>>,
-    rule: Option<Arc<RuleAction>>,
+    listener: Option<Weak<Listener>>,
+    rule: Option<Weak<RuleAction>>,
     json: bool,
     text: Vec<u8>,
 }
@@ -198,9 +199,9 @@ impl Names {
         l: Option<&Arc<Listener>>,
         rule: Option<&Arc<RuleAction>>,
     ) -> bool {
-        fn same<T>(a: Option<&Arc<T>>, b: Option<&Arc<T>>) -> bool {
+        fn same<T>(a: Option<&Weak<T>>, b: Option<&Arc<T>>) -> bool {
             match (a, b) {
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (Some(a), Some(b)) => std::ptr::eq(a.as_ptr(), Arc::as_ptr(b)),
                 (None, None) => true,
                 _ => false,
             }
@@ -431,8 +432,8 @@ impl<S: Style> Line<'_, '_, S> {
         if written.len() <= NAMES_KEPT {
             text.extend_from_slice(written);
             self.writer.names = Some(Names {
-                listener: l.cloned(),
-                rule: rule.cloned(),
+                listener: l.map(Arc::downgrade),
+                rule: rule.map(Arc::downgrade),
                 json: S::JSON,
                 text,
             });
