@@ -12,7 +12,6 @@ use aether_controller::manifest::{self, ManifestError};
 use aether_controller::store::ObjectId;
 use aether_controller::{Object, Store};
 use notify::{EventKind, RecursiveMode, Watcher};
-use smallvec::SmallVec;
 use tokio::sync::mpsc;
 
 pub struct FileSource {
@@ -22,8 +21,8 @@ pub struct FileSource {
     files: BTreeMap<Arc<Path>, FileState>,
     /// The files declaring each object, in load order: the last one's version is
     /// served, as if the files were applied one after another. Nearly always one, held
-    /// in place: a list and a path of its own per object were 90 bytes a route.
-    declared_by: HashMap<ObjectId, SmallVec<[Arc<Path>; 1]>>,
+    /// without a list: a list and a path of its own per object were 90 bytes a route.
+    declared_by: HashMap<ObjectId, Declarers>,
     /// The errors last reported, so that a load changing nothing publishes nothing.
     last_errors: Vec<ManifestError>,
 }
@@ -57,6 +56,62 @@ impl FileState {
             .iter()
             .filter_map(|(h, id)| id.clone().map(|id| (id, *h)))
             .collect()
+    }
+}
+
+/// The files declaring one object, sorted by path.
+#[derive(Default)]
+enum Declarers {
+    #[default]
+    None,
+    One(Arc<Path>),
+    Several(Vec<Arc<Path>>),
+}
+
+impl Declarers {
+    fn as_slice(&self) -> &[Arc<Path>] {
+        match self {
+            Self::None => &[],
+            Self::One(file) => std::slice::from_ref(file),
+            Self::Several(files) => files,
+        }
+    }
+
+    fn from_sorted(mut files: Vec<Arc<Path>>) -> Self {
+        match files.len() {
+            0 => Self::None,
+            1 => files.pop().map_or(Self::None, Self::One),
+            _ => Self::Several(files),
+        }
+    }
+
+    /// The file whose version is served.
+    fn last(&self) -> Option<&Arc<Path>> {
+        self.as_slice().last()
+    }
+
+    fn insert(&mut self, file: Arc<Path>) {
+        if let Self::None = self {
+            *self = Self::One(file);
+        } else if let Err(at) = self.as_slice().binary_search_by(|f| (**f).cmp(&*file)) {
+            let mut files = self.as_slice().to_vec();
+            files.insert(at, file);
+            *self = Self::from_sorted(files);
+        }
+    }
+
+    fn remove(&mut self, file: &Path) {
+        let files = self
+            .as_slice()
+            .iter()
+            .filter(|f| ***f != *file)
+            .cloned()
+            .collect();
+        *self = Self::from_sorted(files);
+    }
+
+    fn is_empty(&self) -> bool {
+        matches!(self, Self::None)
     }
 }
 
@@ -232,9 +287,7 @@ impl FileSource {
             None => Arc::from(file),
         };
         let files = self.declared_by.entry(id.clone()).or_default();
-        if let Err(at) = files.binary_search_by(|f| (**f).cmp(file)) {
-            files.insert(at, shared);
-        }
+        files.insert(shared);
         if files.last().is_some_and(|last| **last != *file) {
             tracing::warn!(object = %id, file = %file.display(), served_from = %files.last().map(|f| f.display().to_string()).unwrap_or_default(), "object declared in several files; the last file's version is served");
             return false;
@@ -249,7 +302,7 @@ impl FileSource {
             return false;
         };
         let was_served = files.last().is_some_and(|f| **f == *file);
-        files.retain(|f| **f != *file);
+        files.remove(file);
         let next = files.last().cloned();
         if files.is_empty() {
             self.declared_by.remove(id);
