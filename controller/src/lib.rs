@@ -3,7 +3,7 @@
 //! Sources fill a [`Store`]; [`reconcile`] turns it, purely, into the proxy's
 //! [`aether_proxy::Snapshot`] and the [`Statuses`] every object should carry.
 
-mod compact;
+pub mod compact;
 pub mod gateway_ext;
 pub mod grpc_route;
 #[cfg(feature = "kubernetes")]

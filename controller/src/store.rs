@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodSpec, Secret, Ser
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use crate::compact::StoredRoute;
 use crate::gateway_ext::GatewayExt;
 use crate::l4route::{L4Kind, L4Route};
 use crate::route_ext::HttpRouteExt;
@@ -319,11 +320,11 @@ pub struct Store {
     pub gateways: Map<ObjectKey, Arc<Gateway>>,
     /// Per Gateway, what its typed form can't hold (see `gateway_ext`).
     pub gateway_ext: Map<ObjectKey, GatewayExt>,
-    pub http_routes: Map<ObjectKey, Arc<HttpRoute>>,
+    pub http_routes: Map<ObjectKey, Arc<StoredRoute>>,
     /// Per HTTPRoute that has any, its experimental fields (see `route_ext`).
     pub http_route_ext: Map<ObjectKey, HttpRouteExt>,
     /// GRPCRoutes, in their HTTPRoute form.
-    pub grpc_routes: Map<ObjectKey, Arc<HttpRoute>>,
+    pub grpc_routes: Map<ObjectKey, Arc<StoredRoute>>,
     pub reference_grants: Map<ObjectKey, Arc<ReferenceGrant>>,
     /// Extra listeners for Gateways that allow them (GEP-1713).
     pub listener_sets: Map<ObjectKey, Arc<ListenerSet>>,
@@ -412,18 +413,16 @@ impl Store {
             }
             Object::HttpRoute(mut o, ext) => {
                 let key = defaulted(&mut o.metadata);
-                crate::compact::http_route(&mut o);
                 let ext_changed = if ext.is_empty() {
                     self.http_route_ext.remove(&key).is_some()
                 } else {
                     put(&mut self.http_route_ext, key.clone(), ext)
                 };
-                put(&mut self.http_routes, key, Arc::new(*o)) | ext_changed
+                put(&mut self.http_routes, key, Arc::new(StoredRoute::new(*o))) | ext_changed
             }
             Object::GrpcRoute(mut o) => {
                 let key = defaulted(&mut o.metadata);
-                crate::compact::http_route(&mut o);
-                put(&mut self.grpc_routes, key, Arc::new(*o))
+                put(&mut self.grpc_routes, key, Arc::new(StoredRoute::new(*o)))
             }
             Object::ReferenceGrant(mut o) => {
                 let key = defaulted(&mut o.metadata);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use aether_proxy::backend::Backend;
 use aether_proxy::routing::{HeaderMatch, PathMatch, QueryMatch, RequestMatch, ValueMatch};
 use gateway_api::httproutes::{
-    HttpRoute, HttpRouteParentRefs, HttpRouteRulesMatches, HttpRouteRulesMatchesHeadersType,
+    HttpRouteParentRefs, HttpRouteRulesMatches, HttpRouteRulesMatchesHeadersType,
     HttpRouteRulesMatchesMethod, HttpRouteRulesMatchesPathType,
     HttpRouteRulesMatchesQueryParamsType, HttpRouteRulesTimeouts, HttpRouteStatus,
 };
@@ -26,6 +26,7 @@ use super::hostname;
 use super::listenerset::ListenerSets;
 use super::parent::{ParentTarget, parent_target};
 use super::route_status::{ParentDecision, SharedStatuses, refs_decided};
+use crate::compact::StoredRoute;
 use crate::route_ext::HttpRouteExt;
 use crate::store::{ObjectKey, Store};
 
@@ -77,18 +78,14 @@ pub struct RouteAttachment {
 pub fn compile(
     key: ObjectKey,
     kind: &'static str,
-    route: &HttpRoute,
+    route: &StoredRoute,
     ext: Option<&HttpRouteExt>,
     resolver: &mut BackendResolver<'_>,
 ) -> RouteModel {
     let mut model = RouteModel {
         kind,
-        created: route
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .map_or(0, |t| t.0.as_second()),
-        generation: route.metadata.generation.unwrap_or(1),
+        created: route.created,
+        generation: route.generation.unwrap_or(1),
         // Sized exactly: these elements are hundreds of bytes and an empty Vec's
         // first push reserves four (most routes have one rule with one backend).
         rules: Vec::with_capacity(route.spec.rules.as_ref().map_or(0, Vec::len)),
@@ -332,7 +329,7 @@ pub(super) fn attach_route(
     sets: &ListenerSets,
     controller_name: &str,
     model: &RouteModel,
-    route: &HttpRoute,
+    route: &StoredRoute,
     gateways: &BTreeMap<ObjectKey, GatewayModel<'_>>,
     shared: &mut SharedStatuses,
 ) -> Attached {
@@ -424,7 +421,7 @@ pub(super) fn refs_condition(generation: i64, refs: &Result<(), RefProblem>) -> 
 fn attach_one<'a>(
     store: &Store,
     model: &'a RouteModel,
-    route: &HttpRoute,
+    route: &StoredRoute,
     parent: &HttpRouteParentRefs,
     target: &ParentTarget,
     gateway: &GatewayModel<'_>,

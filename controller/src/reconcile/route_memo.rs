@@ -6,7 +6,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use gateway_api::httproutes::HttpRoute;
 use imbl::ordmap::DiffItem;
 
 use super::backend::BackendResolver;
@@ -14,6 +13,7 @@ use super::incremental::{Changes, Redone};
 use super::route::{Attached, RouteModel};
 use super::route_status::SharedStatuses;
 use super::translate::RouteActions;
+use crate::compact::StoredRoute;
 use crate::route_ext::HttpRouteExt;
 use crate::status::{ObjectStatus, RouteStatuses};
 use crate::store::{Map, ObjectKey, Store};
@@ -56,13 +56,13 @@ pub(super) struct RouteMemo {
 /// Copies (O(1)) of the Store's route maps as the last run saw them.
 #[derive(Default)]
 struct Seen {
-    http: Map<ObjectKey, Arc<HttpRoute>>,
+    http: Map<ObjectKey, Arc<StoredRoute>>,
     http_ext: Map<ObjectKey, HttpRouteExt>,
-    grpc: Map<ObjectKey, Arc<HttpRoute>>,
+    grpc: Map<ObjectKey, Arc<StoredRoute>>,
 }
 
 pub(super) struct CachedRoute {
-    object: Arc<HttpRoute>,
+    object: Arc<StoredRoute>,
     pub(super) model: Arc<RouteModel>,
     /// The Services its compile resolved, sorted (usually one: a one-element BTreeSet
     /// would hold a node of eleven).
@@ -382,7 +382,7 @@ impl Work<'_, '_> {
         cache: &mut BTreeMap<ObjectKey, CachedRoute>,
         statuses: &mut RouteStatuses,
         id: RouteId,
-        current: &Map<ObjectKey, Arc<HttpRoute>>,
+        current: &Map<ObjectKey, Arc<StoredRoute>>,
         ext: Option<&HttpRouteExt>,
     ) {
         // The old entry leaves the indexes before the new one enters them: both are
@@ -405,7 +405,7 @@ impl Work<'_, '_> {
     fn compile(
         &mut self,
         id: &RouteId,
-        route: &Arc<HttpRoute>,
+        route: &Arc<StoredRoute>,
         ext: Option<&HttpRouteExt>,
     ) -> CachedRoute {
         let c = compile(self.redone, self.resolver, id.grpc, &id.key, route, ext);
@@ -445,7 +445,7 @@ fn compile<'s>(
     resolver: &mut BackendResolver<'s>,
     grpc: bool,
     key: &ObjectKey,
-    route: &Arc<HttpRoute>,
+    route: &Arc<StoredRoute>,
     ext: Option<&HttpRouteExt>,
 ) -> CachedRoute {
     redone.compiled += 1;
