@@ -110,6 +110,9 @@ pub struct AccessLog {
     /// The writer's output failed for good.
     stopped: AtomicBool,
     dropped: Counter,
+    /// Times a worker woke the writer, for the tests.
+    #[cfg(test)]
+    wakes: std::sync::atomic::AtomicUsize,
 }
 
 impl AccessLog {
@@ -129,6 +132,8 @@ impl AccessLog {
             flushed: AtomicU64::new(0),
             stopped: AtomicBool::new(false),
             dropped: metrics::counter!(telemetry::ACCESS_LOG_DROPPED_TOTAL),
+            #[cfg(test)]
+            wakes: std::sync::atomic::AtomicUsize::new(0),
         }));
         let writer = writer::spawn(log, rings, out)?;
         let _ = log.writer.set(writer);
@@ -174,6 +179,8 @@ impl AccessLog {
 
     /// Has the writer drain the rings now rather than at its next timer.
     fn wake_writer(&self) {
+        #[cfg(test)]
+        self.wakes.fetch_add(1, Ordering::Relaxed);
         if let Some(writer) = self.writer.get() {
             writer.unpark();
         }

@@ -555,33 +555,44 @@ fn a_full_ring_refuses_lines_without_waiting() {
     assert_eq!(got, (0..taken).collect::<Vec<_>>());
 }
 
-/// Lines put faster than the writer's timer drains (a busy worker: here 64 KB a
-/// millisecond, four rings in the writer's 10 ms) reach the output: the worker wakes
-/// the writer as its ring fills. Waiting for the timer lost most of them.
+/// A worker wakes the writer once its ring passes a quarter full, not before and not
+/// per line: waiting for the writer's timer (10 ms) lost 15% of the lines at 70k
+/// req/s, which overfill the ring in that time (benches/RESULTS.md, session 23).
+/// Counted, not timed: a test that raced the writer's scheduling flaked on a loaded
+/// machine.
 #[test]
 fn a_filling_ring_wakes_the_writer() {
     let (log, sink) = start(Format::Text, "2xx");
     let line = "y".repeat(999);
-    let (mut taken, mut refused) = (0usize, 0usize);
-    for _ in 0..40 {
-        for _ in 0..64 {
-            let ok = super::ring::put(log, |_, out| {
-                out.extend_from_slice(format!("{taken:05} {line}\n").as_bytes());
-            });
-            if ok {
-                taken += 1;
-            } else {
-                refused += 1;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(1));
+    let size = format!("00000 {line}\n").len();
+    let wakes = || log.wakes.load(Ordering::Relaxed);
+    let mut taken = 0usize;
+    let put = |taken: &mut usize| {
+        let ok = super::ring::put(log, |_, out| {
+            out.extend_from_slice(format!("{taken:05} {line}\n").as_bytes());
+        });
+        assert!(ok, "a ring a quarter full takes lines");
+        *taken += 1;
+    };
+    // Under a quarter, whatever the writer has drained meanwhile: no wake-up.
+    let under = super::ring::RING / 4 / size - 1;
+    for _ in 0..under {
+        put(&mut taken);
     }
-    // A scheduler that keeps the writer off the CPU for milliseconds may cost a few
-    // lines; waiting for the timer refused more than half of them.
-    assert!(
-        refused * 20 < taken + refused,
-        "{refused} of {} lines refused",
-        taken + refused
+    assert_eq!(
+        wakes(),
+        0,
+        "{taken} lines, under a quarter ring, woke the writer"
+    );
+    // On until one wakes it: a quarter ring unless the writer's timer drained some
+    // meanwhile; bounded by ten rings' worth.
+    while wakes() == 0 && taken < 10 * super::ring::RING / size {
+        put(&mut taken);
+    }
+    assert_eq!(
+        wakes(),
+        1,
+        "one wake-up for the ring passing a quarter full"
     );
     let text = lines(log, &sink);
     assert_eq!(text.lines().count(), taken, "every line taken is written");
