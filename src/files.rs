@@ -190,10 +190,7 @@ impl FileSource {
     /// Brings one file's objects up to date; true if the Store changed.
     fn load_file(&mut self, file: &Path) -> bool {
         let stamp = stamp(file);
-        let state = match self.files.entry(Arc::from(file)) {
-            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::btree_map::Entry::Vacant(e) => e.insert(FileState::default()),
-        };
+        let state = self.files.entry(Arc::from(file)).or_default();
         let settled = match (stamp, state.read_at) {
             (Some((_, modified, _)), Some(read_at)) => modified + STAMP_SETTLED < read_at,
             _ => false,
