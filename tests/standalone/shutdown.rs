@@ -79,6 +79,10 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() -> TestResult {
         )
         .await
     });
+    // And one that is idle: served, then nothing in flight.
+    let mut idle = H1Conn::connect(net.client_ip(), gw).await?;
+    let e = idle.get("slow.example.com", "/idle").await?.echo()?;
+    ensure!(e.name() == "a", "idle connection's request went to {}", e.0);
     // Synchronisation only (not an assertion): let the requests reach the backend.
     tokio::time::sleep(Duration::from_millis(300)).await;
     ensure!(
@@ -115,6 +119,20 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() -> TestResult {
         edge.try_exit()?.is_none(),
         "the edge exited before the in-flight request finished"
     );
+    // An idle keep-alive connection is closed when the drain starts, not cut at its
+    // deadline (5 s after the signal): a client opens its next connection elsewhere.
+    eventually(
+        "the idle keep-alive connection is closed",
+        Duration::from_secs(3),
+        || {
+            let closed = idle.is_closed();
+            async move {
+                ensure!(closed, "still open {:?} after SIGTERM", signalled.elapsed());
+                Ok(())
+            }
+        },
+    )
+    .await?;
 
     wait_not_accepting(&env, gw).await?;
 

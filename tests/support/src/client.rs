@@ -160,6 +160,11 @@ impl H1Conn {
     pub async fn get(&mut self, host: &str, path: &str) -> Result<Resp, BoxError> {
         self.send("GET", host, path, &[]).await
     }
+
+    /// Has the connection ended (the server closed it, or it failed)?
+    pub fn is_closed(&self) -> bool {
+        self.sender.is_closed()
+    }
 }
 
 /// An h2c (prior knowledge) connection; requests can be sent concurrently.
