@@ -16,10 +16,10 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::Watcher;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::access_log::{L4Record, LoggedBody};
+use crate::drain::Signal;
 use crate::http::{ConnInfo, handle};
 use crate::limits::Slot;
 use crate::relay::{Outcome, Prefixed, Relay};
@@ -46,10 +46,10 @@ pub struct Connections {
     /// TLS termination for this socket's address.
     pub tls: Handshakes,
     /// Fired at the drain deadline to close connections still open then.
-    pub force_close: CancellationToken,
+    pub force_close: Signal,
     /// Fired when the socket stops accepting: relayed connections close once idle
     /// (hyper's are told by the graceful watcher).
-    pub draining: CancellationToken,
+    pub draining: Signal,
     /// The relay's share of the limits hyper is configured with.
     pub header_read_timeout: Duration,
     pub max_header_bytes: usize,
@@ -156,7 +156,7 @@ impl Connections {
             };
             tokio::select! {
                 biased;
-                () = self.force_close.cancelled() => Outcome::Closed,
+                () = self.force_close.fired() => Outcome::Closed,
                 o = relay.serve(&mut stream) => o,
             }
         };
@@ -211,7 +211,7 @@ impl Connections {
         tokio::select! {
             // Checked first: a connection cut at the deadline must not get one last answer.
             biased;
-            () = self.force_close.cancelled() => tracing::debug!(%peer, "connection closed at drain deadline"),
+            () = self.force_close.fired() => tracing::debug!(%peer, "connection closed at drain deadline"),
             r = conn => if let Err(e) = r {
                 tracing::debug!(%peer, error = %e, "connection ended with error");
             },

@@ -13,6 +13,7 @@ pub mod client_auth;
 pub mod config;
 mod connection;
 pub mod cors;
+mod drain;
 pub mod filters;
 pub mod health;
 pub mod hostmap;

@@ -20,6 +20,7 @@ use tokio_util::task::TaskTracker;
 use crate::client_auth::ClientAuth;
 use crate::config::ProxyConfig;
 use crate::connection::Connections;
+use crate::drain::Signal;
 use crate::limits::{ConnectionSlots, Limits, Refusal};
 use crate::resumption::Resumption;
 use crate::series::ListenerSeries;
@@ -404,8 +405,8 @@ async fn serve(
         builder: limits.server_builder(),
         builder_h2: limits.server_builder().http2_only(),
         tls: tls::Handshakes::new(Arc::clone(&state), local, resumption),
-        force_close: CancellationToken::new(),
-        draining: CancellationToken::new(),
+        force_close: Signal::new(),
+        draining: Signal::new(),
         header_read_timeout: limits.header_read_timeout,
         max_header_bytes: limits.max_header_bytes,
         max_headers: limits.max_headers,
@@ -461,12 +462,12 @@ async fn serve(
         connections.spawn(stream, peer, serving, graceful.watcher(), slot, open);
     }
     drop(listener);
-    connections.draining.cancel();
+    connections.draining.fire();
     tokio::select! {
         () = graceful.shutdown() => tracing::debug!(%local, "listener drained"),
         () = tokio::time::sleep(drain_timeout) => {
             tracing::warn!(%local, "drain deadline passed; closing remaining connections");
-            connections.force_close.cancel();
+            connections.force_close.fire();
             connections.tasks.close();
             // Every task drops its connection as soon as it sees the token; the bound
             // only guards against a task stuck outside any await of it.

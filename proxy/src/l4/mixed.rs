@@ -6,10 +6,10 @@
 use std::net::SocketAddr;
 
 use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
 
 use super::rewind::Rewind;
 use super::{L4Routes, Mode, Record, note, passthrough, refused, terminate};
+use crate::drain::Signal;
 use crate::tls::Handshakes;
 
 pub async fn serve(
@@ -17,7 +17,7 @@ pub async fn serve(
     peer: SocketAddr,
     routes: &L4Routes,
     tls: &Handshakes,
-    force_close: &CancellationToken,
+    force_close: &Signal,
     record: &mut Record,
 ) {
     let Some((name, hello)) = passthrough::read_hello(&mut client, peer, record).await else {

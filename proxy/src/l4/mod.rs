@@ -131,7 +131,7 @@ pub async fn serve_stream(
     protocol: crate::Protocol,
     routes: &L4Routes,
     tls: &crate::tls::Handshakes,
-    force_close: &tokio_util::sync::CancellationToken,
+    force_close: &crate::drain::Signal,
     record: &mut Record,
 ) {
     if protocol == crate::Protocol::TlsPassthrough {

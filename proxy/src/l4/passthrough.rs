@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
 
 use super::sni::{self, Hello};
 use super::{L4Routes, Record, refused, tcp};
+
+use crate::drain::Signal;
 
 /// A client that has not sent its whole ClientHello by then is dropped.
 pub const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -23,7 +24,7 @@ pub async fn serve(
     mut client: TcpStream,
     peer: SocketAddr,
     routes: &L4Routes,
-    force_close: &CancellationToken,
+    force_close: &Signal,
     record: &mut Record,
 ) {
     let Some((name, hello)) = read_hello(&mut client, peer, record).await else {
@@ -94,7 +95,7 @@ pub(super) async fn forward(
     routes: &L4Routes,
     name: Option<&str>,
     hello: &[u8],
-    force_close: &CancellationToken,
+    force_close: &Signal,
     record: &mut Record,
 ) {
     let Some(target) = routes.lookup(name) else {

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
 
 use super::{L4Target, Record, note, refused};
 use crate::backend::Pick;
+use crate::drain::Signal;
 
 /// How long a backend may take to accept the connection.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -25,7 +25,7 @@ pub async fn forward<S: ClientStream>(
     peer: SocketAddr,
     target: &Arc<L4Target>,
     first: &[u8],
-    force_close: &CancellationToken,
+    force_close: &Signal,
     record: &mut Record,
 ) {
     forward_with(client, peer, target, first, force_close, false, record).await;
@@ -39,7 +39,7 @@ pub async fn forward_terminated<S: ClientStream>(
     client: S,
     peer: SocketAddr,
     target: &Arc<L4Target>,
-    force_close: &CancellationToken,
+    force_close: &Signal,
     record: &mut Record,
 ) {
     forward_with(client, peer, target, &[], force_close, true, record).await;
@@ -50,7 +50,7 @@ async fn forward_with<S: ClientStream>(
     peer: SocketAddr,
     target: &Arc<L4Target>,
     first: &[u8],
-    force_close: &CancellationToken,
+    force_close: &Signal,
     originate_tls: bool,
     record: &mut Record,
 ) {
@@ -137,7 +137,7 @@ async fn pump<S: ClientStream, U: AsyncRead + AsyncWrite + Unpin>(
     (peer, endpoint): (SocketAddr, SocketAddr),
     target: &L4Target,
     first: &[u8],
-    force_close: &CancellationToken,
+    force_close: &Signal,
     record: &mut Record,
 ) {
     target.stats.connections.increment(1);
@@ -164,7 +164,7 @@ async fn pump<S: ClientStream, U: AsyncRead + AsyncWrite + Unpin>(
                 tracing::debug!(%peer, %endpoint, error = %e, "TCP connection failed");
             }
         },
-        () = force_close.cancelled() => {
+        () = force_close.fired() => {
             note(record, |r| r.refused("drain_deadline"));
             tracing::debug!(%peer, "TCP connection closed at drain deadline");
         }

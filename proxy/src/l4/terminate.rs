@@ -4,11 +4,10 @@
 
 use std::net::SocketAddr;
 
-use tokio_util::sync::CancellationToken;
-
 use super::passthrough::HELLO_TIMEOUT;
 use super::tcp::ClientStream;
 use super::{L4Routes, Record, note, refused, tcp};
+use crate::drain::Signal;
 use crate::telemetry;
 use crate::tls::Handshakes;
 
@@ -17,7 +16,7 @@ pub async fn serve<S: ClientStream>(
     peer: SocketAddr,
     routes: &L4Routes,
     tls: &Handshakes,
-    force_close: &CancellationToken,
+    force_close: &Signal,
     record: &mut Record,
 ) {
     let stream = match tokio::time::timeout(HELLO_TIMEOUT, tls.accept(client, false)).await {

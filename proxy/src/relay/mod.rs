@@ -39,7 +39,6 @@ use std::time::Duration;
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 pub(crate) use full_path::RelayedBody;
 pub(crate) use pool::RelayPool;
@@ -47,6 +46,7 @@ pub(crate) use prefixed::Prefixed;
 
 use crate::access_log::{HttpRecord, Relayed};
 use crate::backend::{Pick, UpstreamProtocol};
+use crate::drain::Signal;
 use crate::http::{ConnInfo, READYZ_PATH, strip_port};
 use crate::state::ProxyState;
 
@@ -72,7 +72,7 @@ pub(crate) struct Relay<'a> {
     pub max_header_bytes: usize,
     pub max_headers: usize,
     /// The listener socket is draining: finish the request in hand, then close.
-    pub draining: &'a CancellationToken,
+    pub draining: &'a Signal,
 }
 
 /// What became of one request.
@@ -114,7 +114,7 @@ impl Relay<'_> {
         // fire early, at a deadline since moved on; it is then set to the current one.
         let mut deadline = Instant::now() + self.header_read_timeout;
         let timer = tokio::time::sleep_until(deadline);
-        let drained = self.draining.cancelled();
+        let drained = self.draining.fired();
         tokio::pin!(timer, drained);
         loop {
             loop {
@@ -165,7 +165,7 @@ impl Relay<'_> {
                     }
                 }
             }
-            if self.draining.is_cancelled() {
+            if self.draining.is_fired() {
                 return Outcome::Closed;
             }
             // As hyper's header_read_timeout: from the previous answer to a whole head.
@@ -268,7 +268,7 @@ impl Relay<'_> {
             head_request: head.method == http::Method::HEAD,
             // Draining: the answer says so, as hyper's do, so the client opens its
             // next connection elsewhere instead of finding this one closed.
-            close: head.close || self.draining.is_cancelled(),
+            close: head.close || self.draining.is_fired(),
             request_id,
             started,
             record,
