@@ -4,8 +4,9 @@
 #
 #   benches/load/profile.sh BIN NAME
 #
-# PROFILE_LOAD: keepalive (default: wrk, HTTP/1.1, 64 connections) or h2 (h2load, h2c
-# prior knowledge, 16 connections x 8 streams). PROFILE_ARGS: extra flags for BIN
+# PROFILE_LOAD: keepalive (default: wrk, HTTP/1.1, 64 connections), close (the same, a
+# new connection per request) or h2 (h2load, h2c prior knowledge, 16 connections x 8
+# streams). PROFILE_ARGS: extra flags for BIN
 # (e.g. `--access-log off` to see what logging costs).
 #
 # Runs a one-worker nginx upstream (CPU 0), BIN with one worker (CPU 1) and the
@@ -59,9 +60,11 @@ curl -fsS --max-time 2 "http://127.0.0.1:$proxy_port/bench" >/dev/null
 case $load_kind in
   keepalive) timeout 40 taskset -c 0 wrk -t1 -c64 -d14s "http://127.0.0.1:$proxy_port/bench" \
     >"$out/load.txt" 2>&1 & ;;
+  close) timeout 40 taskset -c 0 wrk -t1 -c64 -d14s -H 'Connection: close' \
+    "http://127.0.0.1:$proxy_port/bench" >"$out/load.txt" 2>&1 & ;;
   h2) timeout 40 taskset -c 0 h2load -c16 -m8 -D14 "http://127.0.0.1:$proxy_port/bench" \
     >"$out/load.txt" 2>&1 & ;;
-  *) echo "PROFILE_LOAD: keepalive or h2, not $load_kind" >&2; exit 2 ;;
+  *) echo "PROFILE_LOAD: keepalive, close or h2, not $load_kind" >&2; exit 2 ;;
 esac
 load=$!
 pids+=("$load")

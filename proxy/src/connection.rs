@@ -33,8 +33,8 @@ use crate::upstream::Upstreams;
 /// A client that has not finished its TLS handshake by then is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// What every connection of one socket shares.
-#[derive(Clone)]
+/// What every connection of one socket shares, behind one `Arc`: a connection's task
+/// takes a reference, not a copy of the whole (632 bytes and about ten `Arc`s).
 pub struct Connections {
     pub state: Arc<ProxyState>,
     /// The upstream pools of the worker this socket belongs to.
@@ -65,7 +65,7 @@ impl Connections {
     /// `listener`, the socket's in the Snapshot the accept loaded. `open` counts it in
     /// its listener's active connections until the task ends.
     pub fn spawn(
-        &self,
+        self: &Arc<Self>,
         stream: TcpStream,
         peer: SocketAddr,
         listener: Option<Arc<Listener>>,
@@ -73,7 +73,7 @@ impl Connections {
         slot: Slot,
         open: Open,
     ) {
-        let this = self.clone();
+        let this = Arc::clone(self);
         self.tasks.spawn(async move {
             let (_slot, _open) = (slot, open);
             let terminates_tls = listener.as_ref().is_some_and(|l| l.tls.is_some());

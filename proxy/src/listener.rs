@@ -398,7 +398,7 @@ async fn serve(
     // cell is looked up once and kept only as long as the socket.
     let mut orphan: Option<Arc<ListenerSeries>> = None;
     let graceful = GracefulShutdown::new();
-    let connections = Connections {
+    let connections = Arc::new(Connections {
         state: Arc::clone(&state),
         upstreams,
         local,
@@ -411,7 +411,7 @@ async fn serve(
         max_header_bytes: limits.max_header_bytes,
         max_headers: limits.max_headers,
         tasks: TaskTracker::new(),
-    };
+    });
     loop {
         let (stream, peer) = tokio::select! {
             () = cancel.cancelled() => break,
