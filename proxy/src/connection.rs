@@ -74,7 +74,13 @@ impl Connections {
         open: Open,
     ) {
         let this = Arc::clone(self);
-        self.tasks.spawn(async move {
+        // Boxed: the connection's future is several kilobytes (TLS, the relay, hyper's
+        // connections and L4 in one state machine), and a task moves its future by
+        // value as it is spawned and writes a value as large when it ends: about 8%
+        // of the worker's core in memmove with a new connection per request
+        // (benches/RESULTS.md, issue 19, session 25). Boxed, it is built once in place
+        // and the task holds a pointer.
+        self.tasks.spawn(Box::pin(async move {
             let (_slot, _open) = (slot, open);
             let terminates_tls = listener.as_ref().is_some_and(|l| l.tls.is_some());
             let l4 = listener.and_then(|l| {
@@ -135,7 +141,7 @@ impl Connections {
             } else {
                 this.serve(TokioIo::new(stream), info, watcher).await;
             }
-        });
+        }));
     }
 
     /// An HTTP/1.1 connection (cleartext, or TLS after the handshake), relayed
