@@ -78,8 +78,8 @@ impl Connections {
         // connections and L4 in one state machine), and a task moves its future by
         // value as it is spawned and writes a value as large when it ends: about 8%
         // of the worker's core in memmove with a new connection per request
-        // (benches/RESULTS.md, issue 19, session 25). Boxed, it is built once in place
-        // and the task holds a pointer.
+        // (benches/RESULTS.md, issue 19, session 25). Boxed, it is moved once, into its
+        // box, and the task holds a pointer.
         self.tasks.spawn(Box::pin(async move {
             let (_slot, _open) = (slot, open);
             let terminates_tls = listener.as_ref().is_some_and(|l| l.tls.is_some());
