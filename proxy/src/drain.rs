@@ -19,12 +19,12 @@ use tokio::sync::Notify;
 use tokio::sync::futures::Notified;
 
 /// A one-time broadcast: once fired, it stays fired. Clones share it.
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Signal {
     inner: Arc<Inner>,
 }
 
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct Inner {
     fired: AtomicBool,
     notify: Notify,
@@ -90,14 +90,6 @@ impl Future for Fired<'_> {
         }
         *this.registered = Some(cx.waker().clone());
         Poll::Pending
-    }
-}
-
-impl std::fmt::Debug for Signal {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Signal")
-            .field("fired", &self.is_fired())
-            .finish()
     }
 }
 

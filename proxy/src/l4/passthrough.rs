@@ -11,7 +11,6 @@ use tokio::net::TcpStream;
 
 use super::sni::{self, Hello};
 use super::{L4Routes, Record, refused, tcp};
-
 use crate::drain::Signal;
 
 /// A client that has not sent its whole ClientHello by then is dropped.
