@@ -10,11 +10,12 @@
 #                                          # list: most; a stale one: few)
 #
 # Needs `rustup component add llvm-tools` (llvm-profdata of rustc's own LLVM), a C
-# compiler, openssl, curl, python3 and unshare. The list names symbols, which the
-# toolchain, Cargo.lock and ordinary code changes rename (new signature hashes, LTO's
-# renumbered local copies): run it again after a change to code the edge runs. A full
-# run takes an instrumented and an ordinary release build (about 40 minutes on 2
-# cores); reusing the profiles, one ordinary build (about 12).
+# compiler, openssl, curl, python3 and unshare, and root for exact touched pages (it
+# turns read-ahead off on the work directory's device during the touched runs). The
+# list names symbols, which the toolchain, Cargo.lock and ordinary code changes rename
+# (new signature hashes, LTO's renumbered local copies): run it again after a change to
+# code the edge runs. A full run takes an instrumented and an ordinary release build
+# (about 40 minutes on 2 cores); reusing the profiles, one ordinary build (about 12).
 set -eu
 cd "$(dirname "$0")/../.."
 root=$(pwd)
@@ -80,6 +81,22 @@ cargo build --locked --profile "$profile" --bin aether-edge
 built="target/$profile/aether-edge"
 [ "$profile" = dev ] && built=target/debug/aether-edge
 cc -shared -fPIC -O2 -o "$work/random_text.so" benches/scale/random_text.c
+# On recent kernels (6.18 here) a fault in code reads the device's whole read-ahead
+# window after it, whatever madvise says, and fault-around then maps every cached page
+# within 64 KiB of each later fault: with an 8 MiB window the touched set came out 2.3x
+# the pages the run executed, and the list packed functions that never ran among
+# those that did. With read-ahead off (root only) each fault reads its one page.
+majmin=$(stat -c '%Hd:%Ld' "$work")
+readahead=/sys/dev/block/$majmin/queue/read_ahead_kb
+[ -e "$readahead" ] || readahead=/sys/dev/block/$majmin/../queue/read_ahead_kb
+saved_readahead=
+if [ -w "$readahead" ]; then
+  saved_readahead=$(cat "$readahead")
+  trap 'echo "$saved_readahead" >"$readahead"' EXIT INT TERM
+  echo 0 >"$readahead"
+else
+  echo "warning: cannot turn off read-ahead ($readahead): the touched pages will include neighbours of the executed ones" >&2
+fi
 for mode in idle full; do
   # A fresh copy, dropped from the page cache: pages are read one by one as touched.
   rm -f "$work/edge"
@@ -88,6 +105,10 @@ for mode in idle full; do
   python3 -c 'import os, sys; f = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(f, 0, 0, os.POSIX_FADV_DONTNEED)' "$work/edge"
   run "$mode" "$work/edge" LD_PRELOAD="$work/random_text.so" LINK_ORDER_TOUCHED="$work/$mode-touched.txt"
 done
+if [ -n "$saved_readahead" ]; then
+  echo "$saved_readahead" >"$readahead"
+  trap - EXIT INT TERM
+fi
 
 python3 benches/scale/link_order_list.py "$work/edge" \
   "$work/idle-functions.txt" "$work/idle-touched.txt" \

@@ -1,7 +1,9 @@
 /* LD_PRELOAD for link-order.sh: before main, marks the executable's own mappings
- * MADV_RANDOM, which turns off fault-around and read-ahead for them, so (with the file
- * out of the page cache) each code page the run touches is mapped alone and
- * /proc/PID/pagemap shows exactly those. */
+ * MADV_RANDOM. On older kernels that turned off read-around for them, so (with the
+ * file out of the page cache) each code page the run touches was read and mapped
+ * alone and /proc/PID/pagemap showed exactly those. On recent ones (6.18 here) code is
+ * read ahead whatever madvise says, and link-order.sh turns the device's read-ahead
+ * off instead. */
 #define _GNU_SOURCE
 #include <limits.h>
 #include <stdio.h>
