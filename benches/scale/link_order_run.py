@@ -146,8 +146,11 @@ def main():
     put(os.path.join(m, "infra.yaml"), INFRA + secret(d))
     echo = subprocess.Popen([binary, "echo", "--listen", f"{BACK}:9000", "--name", "a"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # RUST_LOG as the chart always sets it (`logLevel`): the filter read from the
+    # environment is other code than the built-in default.
     edge = subprocess.Popen([binary, "run", "--manifests", m, "--admin", f"{ADMIN}:9901",
-                             "--address-pool", f"{NET}.0/28"], stdout=subprocess.DEVNULL)
+                             "--address-pool", f"{NET}.0/28"], stdout=subprocess.DEVNULL,
+                            env={**os.environ, "RUST_LOG": "info"})
     http = f"http://{GW}:8080"
     tls = ssl.create_default_context()
     tls.check_hostname, tls.verify_mode = False, ssl.CERT_NONE
