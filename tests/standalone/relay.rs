@@ -242,6 +242,67 @@ GET /six HTTP/1.1\r\nHost: relay.example.com\r\nConnection: close\r\n\r\n",
     env.pass()
 }
 
+/// A connection that waits past the relay's buffer release (500 ms) gives its buffers
+/// back: its next requests must still be relayed whole, a head larger than the first
+/// read included, and a head cut in two across the wait keeps its first half.
+#[tokio::test]
+async fn requests_after_an_idle_wait_and_a_head_split_across_it_are_relayed_whole() -> TestResult {
+    let env = TestEnv::new()?;
+    let net = env.net;
+    let gw = net.gw();
+    env.write_manifest("infra.yaml", &standard_infra(net))?;
+    env.write_manifest(
+        "routes.yaml",
+        &route(
+            "default",
+            "r",
+            "edge",
+            &["idle.example.com"],
+            &[("PathPrefix", "/", "svc-a")],
+        ),
+    )?;
+    let _echo = env.spawn_echo(net.echo_a(), "a").await?;
+    let _edge = env
+        .spawn_edge_args("edge", &[env.manifests()], &["--http1-relay"])
+        .await?;
+    env.wait_listener(gw).await?;
+    let before = relayed(&env).await?;
+    let wait = Duration::from_millis(800);
+
+    let mut conn = connect_from(net.client_ip(), gw).await?;
+    let mut buf = Vec::new();
+    conn.write_all(b"GET /one HTTP/1.1\r\nHost: idle.example.com\r\n\r\n")
+        .await?;
+    let a = read_answer(&mut conn, &mut buf, false).await?;
+    assert_eq!(Echo(serde_json::from_slice(&a.body)?).path(), "/one");
+
+    tokio::time::sleep(wait).await;
+    let big = "b".repeat(6000);
+    conn.write_all(
+        format!("GET /two HTTP/1.1\r\nHost: idle.example.com\r\nX-Big: {big}\r\n\r\n").as_bytes(),
+    )
+    .await?;
+    let a = read_answer(&mut conn, &mut buf, false).await?;
+    assert_eq!(a.status, 200, "{a:?}");
+    let echo = Echo(serde_json::from_slice(&a.body)?);
+    assert_eq!(echo.path(), "/two");
+    assert_eq!(echo.header("x-big"), Some(big.as_str()));
+
+    tokio::time::sleep(wait).await;
+    conn.write_all(b"GET /three HTTP/1.1\r\nHost: idle.exa")
+        .await?;
+    tokio::time::sleep(wait).await;
+    conn.write_all(b"mple.com\r\nX-Half: second\r\n\r\n")
+        .await?;
+    let a = read_answer(&mut conn, &mut buf, false).await?;
+    assert_eq!(a.status, 200, "{a:?}");
+    let echo = Echo(serde_json::from_slice(&a.body)?);
+    assert_eq!(echo.path(), "/three");
+    assert_eq!(echo.header("x-half"), Some("second"));
+    assert_eq!(relayed_since(&env, before, 3.0).await?, 3.0);
+    env.pass()
+}
+
 /// A backend answering by path with the framings the relay passes through, closing
 /// its connection after every answer without saying so (as a backend whose idle
 /// timeout races the edge's reuse does) when `/drop` asked it to.

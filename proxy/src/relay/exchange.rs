@@ -7,11 +7,12 @@ use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use super::Step;
 use super::attempt::{Attempt, Failed, RequestHead};
+use super::buffers::Buffers;
 use super::chunked::Chunked;
 use super::pool::RelayPool;
 use super::response::{Answer, ClientHead, Framing};
-use super::{Buffers, Step};
 use crate::access_log::HttpRecord;
 use crate::backend::{Backend, Endpoint};
 use crate::http::ProxyError;

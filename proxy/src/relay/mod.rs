@@ -24,6 +24,7 @@
 //! check with the relay on.
 
 mod attempt;
+mod buffers;
 mod chunked;
 mod exchange;
 pub(crate) mod full_path;
@@ -40,6 +41,7 @@ use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite};
 use tokio::time::Instant;
 
+use buffers::{Buffers, IDLE_RELEASE, READ_BUF};
 pub(crate) use full_path::RelayedBody;
 pub(crate) use pool::RelayPool;
 pub(crate) use prefixed::Prefixed;
@@ -53,9 +55,6 @@ use crate::state::ProxyState;
 /// Headers a head may have for the relay; more go to the full path (which applies
 /// `--max-headers`).
 const MAX_HEADERS: usize = 100;
-/// Read buffer size: reads shorter than this clear the socket's readiness.
-const READ_BUF: usize = 16 * 1024;
-
 /// How a connection left the relay.
 pub(crate) enum Outcome {
     /// Closed, or to be closed.
@@ -85,16 +84,6 @@ enum Step {
     Fallback,
 }
 
-/// Buffers reused by every request of a connection.
-struct Buffers {
-    /// The upstream request head.
-    upstream_head: Vec<u8>,
-    /// What goes to the client next: the answer head and the body bytes read with it.
-    down: Vec<u8>,
-    /// What the upstream sent.
-    up: BytesMut,
-}
-
 impl Relay<'_> {
     /// Relays requests from `stream` (TCP, or TLS after the handshake) until one it
     /// does not take, the client closes, or the socket drains.
@@ -103,17 +92,16 @@ impl Relay<'_> {
         S: AsyncRead + AsyncWrite + Unpin,
     {
         let mut buf = BytesMut::with_capacity(READ_BUF);
-        let mut bufs = Buffers {
-            upstream_head: Vec::with_capacity(1024),
-            down: Vec::with_capacity(READ_BUF),
-            up: BytesMut::with_capacity(READ_BUF),
-        };
+        let mut bufs = Buffers::new();
+        let mut released = false;
         // One timer and one drain waiter for the connection, not one of each per
         // request: arming and disarming a timer (and registering a waiter) for every
         // read that waits was a fixed cost on every keep-alive request. The timer may
-        // fire early, at a deadline since moved on; it is then set to the current one.
-        let mut deadline = Instant::now() + self.header_read_timeout;
-        let timer = tokio::time::sleep_until(deadline);
+        // fire early, at a time since moved on; it is then set to the current one. It
+        // serves two times: the buffers' release, then the header read deadline.
+        let mut last = Instant::now();
+        let mut deadline = last + self.header_read_timeout;
+        let timer = tokio::time::sleep_until((last + IDLE_RELEASE).min(deadline));
         let drained = self.draining.fired();
         tokio::pin!(timer, drained);
         loop {
@@ -150,15 +138,30 @@ impl Relay<'_> {
                     biased;
                     () = &mut drained, if idle => return Outcome::Closed,
                     () = &mut timer => {
-                        if Instant::now() >= deadline {
+                        let now = Instant::now();
+                        if now >= deadline {
                             // No whole head in time, idle time included.
                             return Outcome::Closed;
                         }
-                        timer.as_mut().reset(deadline);
+                        let release = last + IDLE_RELEASE;
+                        // A partial head keeps its bytes, and so its buffer.
+                        if !released && idle && now >= release {
+                            bufs.release();
+                            buf = buffers::released_read_buf();
+                            released = true;
+                        }
+                        let next = if released || now >= release { deadline } else { release };
+                        timer.as_mut().reset(next.min(deadline));
                     }
                     read = stream.read_buf(&mut buf) => {
                         match read {
-                            Ok(n) if n > 0 => {}
+                            Ok(n) if n > 0 => {
+                                if released {
+                                    buffers::regrow(&mut buf);
+                                    released = false;
+                                    timer.as_mut().reset((Instant::now() + IDLE_RELEASE).min(deadline));
+                                }
+                            }
                             // Closed or failed.
                             _ => return Outcome::Closed,
                         }
@@ -169,7 +172,8 @@ impl Relay<'_> {
                 return Outcome::Closed;
             }
             // As hyper's header_read_timeout: from the previous answer to a whole head.
-            deadline = Instant::now() + self.header_read_timeout;
+            last = Instant::now();
+            deadline = last + self.header_read_timeout;
         }
     }
 
@@ -237,6 +241,7 @@ impl Relay<'_> {
                 &generated
             }
         };
+        bufs.ensure();
         head.write_upstream(
             &mut bufs.upstream_head,
             self.conn.client_ip.as_bytes(),
