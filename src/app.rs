@@ -9,7 +9,7 @@ use aether_controller::{Reconciler, Settings};
 use aether_proxy::access_log::AccessLog;
 use aether_proxy::state::ProxyState;
 use aether_proxy::trace::Tracer;
-use aether_proxy::{ListenerManager, overload};
+use aether_proxy::{ListenerManager, overload, trim};
 use anyhow::Context;
 use arc_swap::ArcSwap;
 
@@ -60,6 +60,7 @@ pub async fn run(config: Config, workers: &[tokio::runtime::Handle]) -> anyhow::
         tracing::info!(budget, "shedding load above this resident memory");
         overload::spawn_monitor(Arc::clone(&proxy), budget);
     }
+    trim::spawn();
     let admin_listener = admin::bind(process.admin)
         .await
         .with_context(|| format!("cannot bind the admin server to {}", process.admin))?;

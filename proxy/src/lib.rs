@@ -36,6 +36,7 @@ pub mod state;
 pub mod telemetry;
 pub mod tls;
 pub mod trace;
+pub mod trim;
 pub mod upstream;
 pub mod workers;
 

@@ -52,9 +52,11 @@ impl Buffers {
         }
     }
 
-    /// Gives the memory back; between requests nothing is in them.
-    pub(super) fn release(&mut self) {
+    /// Gives the memory back; between requests nothing is in them. Returns how much.
+    pub(super) fn release(&mut self) -> usize {
+        let bytes = self.upstream_head.capacity() + self.down.capacity() + self.up.capacity();
         *self = Self::new();
+        bytes
     }
 }
 

@@ -146,8 +146,9 @@ impl Relay<'_> {
                         let release = last + IDLE_RELEASE;
                         // A partial head keeps its bytes, and so its buffer.
                         if !released && idle && now >= release {
-                            bufs.release();
+                            let bytes = bufs.release() + buf.capacity();
                             buf = buffers::released_read_buf();
+                            crate::trim::freed(bytes);
                             released = true;
                         }
                         let next = if released || now >= release { deadline } else { release };
