@@ -137,11 +137,10 @@ async fn relayed_since(env: &TestEnv, before: f64, n: f64) -> Result<f64, BoxErr
     .await
 }
 
-#[tokio::test]
-async fn relayed_requests_look_like_the_full_paths_to_client_and_backend() -> TestResult {
-    let env = TestEnv::new()?;
+/// One route for `host` to an echo backend on an edge with the relay on (given here:
+/// the suite's second run turns the relay off on every other edge).
+async fn echo_edge(env: &TestEnv, host: &str) -> Result<(Proc, Proc), BoxError> {
     let net = env.net;
-    let gw = net.gw();
     env.write_manifest("infra.yaml", &standard_infra(net))?;
     env.write_manifest(
         "routes.yaml",
@@ -149,15 +148,24 @@ async fn relayed_requests_look_like_the_full_paths_to_client_and_backend() -> Te
             "default",
             "r",
             "edge",
-            &["relay.example.com"],
+            &[host],
             &[("PathPrefix", "/", "svc-a")],
         ),
     )?;
-    let _echo = env.spawn_echo(net.echo_a(), "a").await?;
-    let _edge = env
+    let echo = env.spawn_echo(net.echo_a(), "a").await?;
+    let edge = env
         .spawn_edge_args("edge", &[env.manifests()], &["--http1-relay"])
         .await?;
-    env.wait_listener(gw).await?;
+    env.wait_listener(net.gw()).await?;
+    Ok((echo, edge))
+}
+
+#[tokio::test]
+async fn relayed_requests_look_like_the_full_paths_to_client_and_backend() -> TestResult {
+    let env = TestEnv::new()?;
+    let net = env.net;
+    let gw = net.gw();
+    let (_echo, _edge) = echo_edge(&env, "relay.example.com").await?;
     let before = relayed(&env).await?;
     // The listener probe (`/aether/readyz`) is the full path's.
     let handoffs = metric(net, "aether_http1_relay_handoffs_total").await?;
@@ -250,22 +258,7 @@ async fn requests_after_an_idle_wait_and_a_head_split_across_it_are_relayed_whol
     let env = TestEnv::new()?;
     let net = env.net;
     let gw = net.gw();
-    env.write_manifest("infra.yaml", &standard_infra(net))?;
-    env.write_manifest(
-        "routes.yaml",
-        &route(
-            "default",
-            "r",
-            "edge",
-            &["idle.example.com"],
-            &[("PathPrefix", "/", "svc-a")],
-        ),
-    )?;
-    let _echo = env.spawn_echo(net.echo_a(), "a").await?;
-    let _edge = env
-        .spawn_edge_args("edge", &[env.manifests()], &["--http1-relay"])
-        .await?;
-    env.wait_listener(gw).await?;
+    let (_echo, _edge) = echo_edge(&env, "idle.example.com").await?;
     let before = relayed(&env).await?;
     let wait = Duration::from_millis(800);
 

@@ -52,18 +52,17 @@ impl Buffers {
         }
     }
 
-    /// Gives the memory back; between requests nothing is in them. Returns how much.
-    pub(super) fn release(&mut self) -> usize {
-        let bytes = self.upstream_head.capacity() + self.down.capacity() + self.up.capacity();
+    /// Gives the memory back, with the connection's client read buffer `read`: between
+    /// requests nothing is in them. What went is counted for the next trim.
+    pub(super) fn release(&mut self, read: &mut BytesMut) {
+        let bytes = self.upstream_head.capacity()
+            + self.down.capacity()
+            + self.up.capacity()
+            + read.capacity();
         *self = Self::new();
-        bytes
+        *read = BytesMut::new();
+        crate::trim::freed(bytes);
     }
-}
-
-/// The client read buffer of a connection whose buffers were given back: empty, so the
-/// wait costs nothing; the first bytes of the next request make room for the rest.
-pub(super) fn released_read_buf() -> BytesMut {
-    BytesMut::new()
 }
 
 /// Room for the rest of a head after the first read into a released buffer (which
@@ -89,7 +88,9 @@ mod tests {
         // A busy connection keeps the same buffers.
         bufs.ensure();
         assert_eq!(bufs.down.as_ptr(), down);
-        bufs.release();
+        let mut read = BytesMut::with_capacity(READ_BUF);
+        bufs.release(&mut read);
+        assert_eq!(read.capacity(), 0);
         assert_eq!(
             (
                 bufs.upstream_head.capacity(),
@@ -105,8 +106,7 @@ mod tests {
 
     #[test]
     fn a_regrown_read_buffer_keeps_its_bytes() {
-        let mut buf = released_read_buf();
-        assert_eq!(buf.capacity(), 0);
+        let mut buf = BytesMut::new();
         buf.extend_from_slice(b"GET / HT");
         regrow(&mut buf);
         assert_eq!(&buf[..], b"GET / HT");

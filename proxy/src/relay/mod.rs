@@ -146,13 +146,11 @@ impl Relay<'_> {
                         let release = last + IDLE_RELEASE;
                         // A partial head keeps its bytes, and so its buffer.
                         if !released && idle && now >= release {
-                            let bytes = bufs.release() + buf.capacity();
-                            buf = buffers::released_read_buf();
-                            crate::trim::freed(bytes);
+                            bufs.release(&mut buf);
                             released = true;
                         }
-                        let next = if released || now >= release { deadline } else { release };
-                        timer.as_mut().reset(next.min(deadline));
+                        let next = if released || now >= release { deadline } else { release.min(deadline) };
+                        timer.as_mut().reset(next);
                     }
                     read = stream.read_buf(&mut buf) => {
                         match read {
