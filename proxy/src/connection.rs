@@ -74,74 +74,109 @@ impl Connections {
         open: Open,
     ) {
         let this = Arc::clone(self);
-        // Boxed: the connection's future is several kilobytes (TLS, the relay, hyper's
-        // connections and L4 in one state machine), and a task moves its future by
-        // value as it is spawned and writes a value as large when it ends: about 8%
-        // of the worker's core in memmove with a new connection per request
-        // (benches/RESULTS.md, issue 19, session 25). Boxed, it is moved once, into its
-        // box, and the task holds a pointer.
-        self.tasks.spawn(Box::pin(async move {
-            let (_slot, _open) = (slot, open);
-            let terminates_tls = listener.as_ref().is_some_and(|l| l.tls.is_some());
-            let l4 = listener.and_then(|l| {
-                let routes = Arc::clone(l.l4.as_ref()?);
-                Some((l, routes))
-            });
-            let info = ConnInfo::new(this.local, peer, Arc::clone(&this.upstreams));
-            if let Some((listener, routes)) = l4 {
-                // Held while bytes flow, so a removed listener's drain waits for it.
-                let _watcher = watcher;
-                let protocol = listener.protocol;
-                let log = this.state.access_log.filter(|l| l.sampled());
-                let mut record = log.map(|_| {
-                    Box::new(L4Record::new(
-                        Some(listener),
-                        peer,
-                        crate::l4::log_protocol(protocol),
-                    ))
-                });
-                crate::l4::serve_stream(
-                    stream,
-                    peer,
-                    protocol,
-                    &routes,
-                    &this.tls,
-                    &this.force_close,
-                    &mut record,
-                )
-                .await;
-                if let (Some(log), Some(record)) = (log, record) {
-                    record.finish(log);
-                }
-            } else if terminates_tls {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, this.tls.accept(stream, true)).await {
-                    Ok(Ok(tls)) => {
-                        let sni = tls.get_ref().1.server_name().map(str::to_owned);
-                        let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
-                        let info = info.tls(sni.as_deref());
-                        if h2 {
-                            this.serve_h2(TokioIo::new(tls), info, watcher).await;
-                        } else if this.state.http1_relay {
-                            this.relay(tls, info, watcher).await;
-                        } else {
-                            this.serve(TokioIo::new(tls), info, watcher).await;
-                        }
-                    }
-                    Ok(Err(e)) => {
-                        metrics::counter!(telemetry::TLS_HANDSHAKE_ERRORS_TOTAL).increment(1);
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    }
-                    Err(_) => {
-                        metrics::counter!(telemetry::TLS_HANDSHAKE_ERRORS_TOTAL).increment(1);
-                        tracing::debug!(%peer, "TLS handshake timed out");
-                    }
-                }
-            } else if this.state.http1_relay {
+        let held = (slot, open);
+        // Boxed: a task moves its future by value as it is spawned and writes a value
+        // as large when it ends: about 8% of the worker's core in memmove with a new
+        // connection per request (benches/RESULTS.md, issue 19, session 25). Boxed, it
+        // is moved once, into its box, and the task holds a pointer. One box per kind
+        // of connection, each its own size: one future for all kinds is as large as
+        // the largest (L4's, the relay over TLS), 15.1 KB, and every idle keep-alive
+        // connection held that much (benches/RESULTS.md, issue 14, session 27).
+        let conn: Pin<Box<dyn Future<Output = ()> + Send>> = match listener {
+            Some(listener) if listener.l4.is_some() => Box::pin(async move {
+                let _held = held;
+                this.serve_l4(stream, peer, listener, watcher).await;
+            }),
+            Some(listener) if listener.tls.is_some() => Box::pin(async move {
+                let _held = held;
+                this.serve_tls(stream, peer, watcher).await;
+            }),
+            _ if this.state.http1_relay => Box::pin(async move {
+                let _held = held;
+                let info = ConnInfo::new(this.local, peer, Arc::clone(&this.upstreams));
                 this.relay(stream, info, watcher).await;
-            } else {
+            }),
+            _ => Box::pin(async move {
+                let _held = held;
+                let info = ConnInfo::new(this.local, peer, Arc::clone(&this.upstreams));
                 this.serve(TokioIo::new(stream), info, watcher).await;
-            }
-        }));
+            }),
+        };
+        self.tasks.spawn(conn);
+    }
+
+    /// A TCP or TLS passthrough connection, forwarded by its listener's L4 routes.
+    async fn serve_l4(
+        &self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        listener: Arc<Listener>,
+        watcher: Watcher,
+    ) {
+        let Some(routes) = listener.l4.as_ref().map(Arc::clone) else {
+            return;
+        };
+        // Held while bytes flow, so a removed listener's drain waits for it.
+        let _watcher = watcher;
+        let protocol = listener.protocol;
+        let log = self.state.access_log.filter(|l| l.sampled());
+        let mut record = log.map(|_| {
+            Box::new(L4Record::new(
+                Some(listener),
+                peer,
+                crate::l4::log_protocol(protocol),
+            ))
+        });
+        crate::l4::serve_stream(
+            stream,
+            peer,
+            protocol,
+            &routes,
+            &self.tls,
+            &self.force_close,
+            &mut record,
+        )
+        .await;
+        if let (Some(log), Some(record)) = (log, record) {
+            record.finish(log);
+        }
+    }
+
+    /// A connection the edge terminates TLS on: the handshake, then HTTP/2 if the
+    /// client agreed on `h2` by ALPN, else HTTP/1.1.
+    async fn serve_tls(&self, stream: TcpStream, peer: SocketAddr, watcher: Watcher) {
+        // The stream comes out of this `let` in a binding never borrowed: one that
+        // was (for the SNI and ALPN) would be kept beside the copy moved on, 1.2 KB
+        // more in the future for the connection's life.
+        let (tls, sni, h2) =
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, self.tls.accept(stream, true)).await {
+                Ok(Ok(tls)) => {
+                    let session = tls.get_ref().1;
+                    let sni = session.server_name().map(str::to_owned);
+                    let h2 = session.alpn_protocol() == Some(b"h2");
+                    (tls, sni, h2)
+                }
+                Ok(Err(e)) => {
+                    metrics::counter!(telemetry::TLS_HANDSHAKE_ERRORS_TOTAL).increment(1);
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    metrics::counter!(telemetry::TLS_HANDSHAKE_ERRORS_TOTAL).increment(1);
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+        let info = ConnInfo::new(self.local, peer, Arc::clone(&self.upstreams)).tls(sni.as_deref());
+        // hyper's connections boxed, as after a relay's fallback: inline, they would
+        // size every relayed TLS connection's future (7.3 KB against 4.6).
+        if h2 {
+            Box::pin(self.serve_h2(TokioIo::new(tls), info, watcher)).await;
+        } else if self.state.http1_relay {
+            self.relay(tls, info, watcher).await;
+        } else {
+            Box::pin(self.serve(TokioIo::new(tls), info, watcher)).await;
+        }
     }
 
     /// An HTTP/1.1 connection (cleartext, or TLS after the handshake), relayed
@@ -172,11 +207,13 @@ impl Connections {
             // HTTP/2 only, as the auto builder would after reading the same bytes, but
             // with the boxed service the HTTP/2 path wants (`boxed_handle`).
             let h2c = read.starts_with(H2_PREFACE);
+            // Boxed: hyper's connection is 3.8 KB, and inline it would size the future
+            // of every relayed connection, most of which never fall back.
             let io = TokioIo::new(Prefixed::new(read, stream));
             if h2c {
-                self.serve_h2(io, info, watcher).await;
+                Box::pin(self.serve_h2(io, info, watcher)).await;
             } else {
-                self.serve(io, info, watcher).await;
+                Box::pin(self.serve(io, info, watcher)).await;
             }
         }
     }

@@ -137,11 +137,22 @@ pub async fn serve_stream(
     if protocol == crate::Protocol::TlsPassthrough {
         return passthrough::serve(stream, peer, routes, force_close, record).await;
     }
+    // The terminating paths (a TLS session and its handshake, 11-12 KB) boxed: inline
+    // they would size the future of every L4 connection, plain TCP (4.4 KB) and
+    // passthrough (4.7 KB) included, for its whole life.
     if protocol == crate::Protocol::TlsTerminate {
-        return terminate::serve(stream, peer, routes, tls, force_close, record).await;
+        return Box::pin(terminate::serve(
+            stream,
+            peer,
+            routes,
+            tls,
+            force_close,
+            record,
+        ))
+        .await;
     }
     if protocol == crate::Protocol::TlsMixed {
-        return mixed::serve(stream, peer, routes, tls, force_close, record).await;
+        return Box::pin(mixed::serve(stream, peer, routes, tls, force_close, record)).await;
     }
     match routes.lookup(None) {
         Some(target) => tcp::forward(stream, peer, target, &[], force_close, record).await,

@@ -27,9 +27,24 @@ pub(super) struct Exchange<'a> {
     pub head_request: bool,
     /// The client asked to close after this answer.
     pub close: bool,
-    pub request_id: &'a [u8],
+    pub request_id: RequestId<'a>,
     pub started: Instant,
     pub record: Option<Box<HttpRecord>>,
+}
+
+/// The request's ID: the client's, or one the edge made for it.
+pub(super) enum RequestId<'a> {
+    Client(&'a [u8]),
+    Made([u8; 36]),
+}
+
+impl RequestId<'_> {
+    pub(super) fn bytes(&self) -> &[u8] {
+        match self {
+            Self::Client(id) => id,
+            Self::Made(id) => id,
+        }
+    }
 }
 
 impl<'a> Exchange<'a> {
@@ -48,7 +63,7 @@ impl<'a> Exchange<'a> {
             };
             let mut client_head = ClientHead {
                 out: &mut bufs.down,
-                request_id: self.request_id,
+                request_id: self.request_id.bytes(),
                 close: self.close,
             };
             let send = attempt.send(
@@ -209,7 +224,7 @@ impl<'a> Exchange<'a> {
         out.extend_from_slice(b"\r\ncontent-type: text/plain\r\ncontent-length: ");
         out.extend_from_slice(body.len().to_string().as_bytes());
         out.extend_from_slice(b"\r\nx-request-id: ");
-        out.extend_from_slice(self.request_id);
+        out.extend_from_slice(self.request_id.bytes());
         if self.close {
             out.extend_from_slice(b"\r\nconnection: close");
         }

@@ -27,8 +27,9 @@ const NOT_COPIED: [&str; 14] = [
     "x-request-id",
 ];
 
-/// What the relay needs of a request head it takes.
-pub(super) struct Head<'b> {
+/// What the relay needs of a request head it takes: `'b` borrows the read buffer,
+/// `'h` the parsed header list (which need not outlive the routing).
+pub(super) struct Head<'h, 'b> {
     pub method: Method,
     /// Path and query, as sent.
     pub target: &'b str,
@@ -39,10 +40,10 @@ pub(super) struct Head<'b> {
     pub request_id: Option<&'b [u8]>,
     pub user_agent: Option<&'b [u8]>,
     pub traceparent: Option<&'b [u8]>,
-    pub headers: &'b [httparse::Header<'b>],
+    pub headers: &'h [httparse::Header<'b>],
 }
 
-impl Head<'_> {
+impl Head<'_, '_> {
     /// The first value of header `name` (for route header matches).
     pub fn header(&self, name: &str) -> Option<&[u8]> {
         self.headers
@@ -91,7 +92,7 @@ fn skipped(name: &str) -> bool {
 }
 
 /// Reads a complete head. `None`: the relay does not take it (see the module docs).
-pub(super) fn take<'h, 'b: 'h>(req: &'h httparse::Request<'_, 'b>) -> Option<Head<'h>> {
+pub(super) fn take<'h, 'b>(req: &'h httparse::Request<'_, 'b>) -> Option<Head<'h, 'b>> {
     if req.version != Some(1) {
         return None;
     }
@@ -158,7 +159,7 @@ pub(super) fn take<'h, 'b: 'h>(req: &'h httparse::Request<'_, 'b>) -> Option<Hea
 mod tests {
     use super::*;
 
-    fn with_head<R>(raw: &[u8], f: impl FnOnce(Option<Head<'_>>) -> R) -> R {
+    fn with_head<R>(raw: &[u8], f: impl FnOnce(Option<Head<'_, '_>>) -> R) -> R {
         let mut headers = [httparse::EMPTY_HEADER; 32];
         let mut req = httparse::Request::new(&mut headers);
         match req.parse(raw) {
