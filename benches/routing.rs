@@ -140,7 +140,32 @@ fn reconcile_10k(c: &mut Criterion) {
             (reconciler, outcome)
         })
     });
+    // A change that compiles every route again in a running edge (a ConfigMap, as
+    // BackendTLSPolicies read them; grants, policies and Pods alike): the old routes
+    // are replaced, and what that costs before the new Snapshot is out counts.
+    let mut store = store;
+    let mut reconciler = Reconciler::standalone(settings.clone());
+    drop(reconciler.reconcile(&store));
+    let versions = [config_map("a"), config_map("b")];
+    let mut flip = 0;
+    group.bench_function("10000_routes_recompile", |b| {
+        b.iter_with_large_drop(|| {
+            flip ^= 1;
+            store.apply(versions[flip].clone());
+            reconciler.reconcile(&store)
+        })
+    });
     group.finish();
+}
+
+/// A ConfigMap whose content a change flips.
+fn config_map(value: &str) -> Object {
+    let text = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: ca, namespace: default}}\ndata: {{ca.crt: {value}}}\n"
+    );
+    let mut parsed = manifest::parse(Path::new("ca.yaml"), &text);
+    assert!(parsed.errors.is_empty(), "{:?}", parsed.errors.first());
+    parsed.objects.remove(0)
 }
 
 /// One HTTPRoute that a change flips between two paths.
