@@ -188,6 +188,21 @@ pub(super) struct Changes {
 }
 
 impl Memo {
+    /// When both sides changed, nothing cached can be reused: the run starts from an
+    /// empty memo, keeping only what `observe` just recorded, and builds as a first
+    /// load does (in key order, appending) instead of replacing every entry in place
+    /// (benches/RESULTS.md, issue 14, session 27). The old memo is freed first and
+    /// whole, here: its memory is what the build then reuses. Freed on a thread of
+    /// its own instead, the build ran slower than before (fresh pages, and the two
+    /// threads taking turns on the arena's lock).
+    pub(super) fn restart(&mut self) {
+        let seen = std::mem::take(&mut self.seen);
+        *self = Memo {
+            seen,
+            ..Memo::default()
+        };
+    }
+
     /// Compares the Store with what the last run saw, and remembers it.
     pub(super) fn observe(&mut self, store: &Store) -> Changes {
         let mut services = BTreeSet::new();

@@ -43,6 +43,9 @@ pub(super) fn run(
     let mut models = gateway_models(store, &ordered, &sets, addressing);
 
     let changes = memo.observe(store);
+    if changes.all_stale && changes.gateway_side {
+        memo.restart();
+    }
     let mut resolver = BackendResolver::with_cache(store, memo.take_backends(&changes));
     attach_routes(
         store,
