@@ -14,7 +14,7 @@ compiled and attached again.
 Standalone mode, loopback only (127.66.1.0/24). Bounded: fixed counts, every wait has a
 deadline, and the processes are stopped at the end. Prints one Markdown block.
 """
-import os, resource, socket, subprocess, sys, tempfile, threading, time, urllib.request
+import os, resource, shutil, socket, subprocess, sys, tempfile, threading, time, urllib.request
 
 EDGE = sys.argv[1] if len(sys.argv) > 1 else "target/release/aether-edge"
 NET = "127.66.1"
@@ -244,6 +244,8 @@ def main():
                 p_.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p_.kill()
+        # The manifests folder: left behind, runs filled /tmp (a disk CI shares).
+        shutil.rmtree(d, ignore_errors=True)
 
 
 if __name__ == "__main__":
