@@ -74,7 +74,6 @@ impl Connections {
         open: Open,
     ) {
         let this = Arc::clone(self);
-        let held = (slot, open);
         // Boxed: a task moves its future by value as it is spawned and writes a value
         // as large when it ends: about 8% of the worker's core in memmove with a new
         // connection per request (benches/RESULTS.md, issue 19, session 25). Boxed, it
@@ -83,26 +82,28 @@ impl Connections {
         // the largest (L4's, the relay over TLS), 15.1 KB, and every idle keep-alive
         // connection held that much (benches/RESULTS.md, issue 14, session 27).
         let conn: Pin<Box<dyn Future<Output = ()> + Send>> = match listener {
-            Some(listener) if listener.l4.is_some() => Box::pin(async move {
-                let _held = held;
-                this.serve_l4(stream, peer, listener, watcher).await;
-            }),
-            Some(listener) if listener.tls.is_some() => Box::pin(async move {
-                let _held = held;
-                this.serve_tls(stream, peer, watcher).await;
-            }),
+            Some(listener) if listener.l4.is_some() => {
+                Box::pin(async move { this.serve_l4(stream, peer, listener, watcher).await })
+            }
+            Some(listener) if listener.tls.is_some() => {
+                Box::pin(async move { this.serve_tls(stream, peer, watcher).await })
+            }
             _ if this.state.http1_relay => Box::pin(async move {
-                let _held = held;
-                let info = ConnInfo::new(this.local, peer, Arc::clone(&this.upstreams));
-                this.relay(stream, info, watcher).await;
+                this.relay(stream, this.conn_info(peer), watcher).await;
             }),
             _ => Box::pin(async move {
-                let _held = held;
-                let info = ConnInfo::new(this.local, peer, Arc::clone(&this.upstreams));
-                this.serve(TokioIo::new(stream), info, watcher).await;
+                let io = TokioIo::new(stream);
+                this.serve(io, this.conn_info(peer), watcher).await;
             }),
         };
-        self.tasks.spawn(conn);
+        self.tasks.spawn(async move {
+            let _held = (slot, open);
+            conn.await;
+        });
+    }
+
+    fn conn_info(&self, peer: SocketAddr) -> ConnInfo {
+        ConnInfo::new(self.local, peer, Arc::clone(&self.upstreams))
     }
 
     /// A TCP or TLS passthrough connection, forwarded by its listener's L4 routes.
@@ -167,7 +168,7 @@ impl Connections {
                     return;
                 }
             };
-        let info = ConnInfo::new(self.local, peer, Arc::clone(&self.upstreams)).tls(sni.as_deref());
+        let info = self.conn_info(peer).tls(sni.as_deref());
         // hyper's connections boxed, as after a relay's fallback: inline, they would
         // size every relayed TLS connection's future (7.3 KB against 4.6).
         if h2 {
