@@ -233,7 +233,7 @@ fn compile_match(m: &HttpRouteRulesMatches) -> Result<RequestMatch, String> {
                 HttpRouteRulesMatchesPathType::Exact => PathMatch::Exact(value.into()),
                 HttpRouteRulesMatchesPathType::PathPrefix => PathMatch::prefix(value),
                 HttpRouteRulesMatchesPathType::RegularExpression => {
-                    PathMatch::Regex(anchored(value)?)
+                    PathMatch::Regex(Box::new(anchored(value)?))
                 }
             }
         }
@@ -291,12 +291,7 @@ fn compile_match(m: &HttpRouteRulesMatches) -> Result<RequestMatch, String> {
         HttpRouteRulesMatchesMethod::Trace => Method::TRACE,
         HttpRouteRulesMatchesMethod::Patch => Method::PATCH,
     });
-    Ok(RequestMatch {
-        path,
-        method,
-        headers,
-        query,
-    })
+    Ok(RequestMatch::new(path, method, headers, query))
 }
 
 /// Regular expressions match the whole value, as Envoy's RE2 matchers (and so most

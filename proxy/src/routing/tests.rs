@@ -7,10 +7,7 @@ use crate::backend::BackendSet;
 
 fn entry(route: &str, path: PathMatch, created: i64) -> RouteEntry {
     RouteEntry {
-        matcher: RequestMatch {
-            path,
-            ..RequestMatch::default()
-        },
+        matcher: RequestMatch::path(path),
         order: RouteOrder {
             created,
             route: route.into(),
