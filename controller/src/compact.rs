@@ -12,7 +12,13 @@
 //! itself in an annotation. Neither is read here, and for a route applied by kubectl
 //! and given a status they are larger than the route itself.
 
-use gateway_api::httproutes::{HttpRoute, HttpRouteSpec, HttpRouteStatus};
+use std::sync::Arc;
+
+use gateway_api::httproutes::{
+    HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesBackendRefs,
+    HttpRouteRulesFilters, HttpRouteRulesMatches, HttpRouteRulesTimeouts, HttpRouteSpec,
+    HttpRouteStatus,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// kubectl's copy of what it last applied (client-side apply).
@@ -32,10 +38,11 @@ pub(crate) fn drop_bookkeeping(meta: &mut ObjectMeta) {
 }
 
 /// An HTTPRoute (or a GRPCRoute in its HTTPRoute form) as the Store keeps it: the spec
-/// and status as parsed, and of the metadata only what is read here (the name and
-/// namespace are the Store's key). `ObjectMeta` is 360 of an `HttpRoute`'s 456 bytes,
-/// nearly all of it options no route sets, plus its own copies of the name and
-/// namespace: at 5,000 routes about 1.8 MiB the reconciler never read.
+/// in its compact form and the status as parsed, and of the metadata only what is read
+/// here (the name and namespace are the Store's key). `ObjectMeta` is 360 of an
+/// `HttpRoute`'s 456 bytes, nearly all of it options no route sets, plus its own
+/// copies of the name and namespace: at 5,000 routes about 1.8 MiB the reconciler
+/// never read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredRoute {
     pub generation: Option<i64>,
@@ -44,19 +51,40 @@ pub struct StoredRoute {
     pub created: i64,
     /// `resourceVersion`, for the status writer (a number on every API server).
     pub resource_version: Option<u64>,
-    pub spec: HttpRouteSpec,
+    pub spec: RouteSpec,
     pub status: Option<HttpRouteStatus>,
 }
 
+/// An HTTPRoute's spec with its lists at their exact length and an absent list kept as
+/// an empty one (the spec gives both one meaning). The elements are gateway-api's.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RouteSpec {
+    pub hostnames: Box<[Box<str>]>,
+    /// Shared with a neighbouring route that lists the same parents (see
+    /// [`StoredRoute::share_parents`]): most routes name the same Gateway or two.
+    pub parent_refs: Arc<[HttpRouteParentRefs]>,
+    pub rules: Box<[RuleSpec]>,
+}
+
+/// One rule of a [`RouteSpec`]: half an `HttpRouteRules` (the timeouts, rarely set, are
+/// boxed; the name is in the form the rule's model and logs share).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RuleSpec {
+    pub name: Option<Arc<str>>,
+    pub matches: Box<[HttpRouteRulesMatches]>,
+    pub filters: Box<[HttpRouteRulesFilters]>,
+    pub backend_refs: Box<[HttpRouteRulesBackendRefs]>,
+    pub timeouts: Option<Box<HttpRouteRulesTimeouts>>,
+}
+
 impl StoredRoute {
-    /// What the Store keeps of `route`, its lists without spare room.
+    /// What the Store keeps of `route`.
     pub fn new(route: HttpRoute) -> Self {
         let HttpRoute {
             metadata,
-            mut spec,
+            spec,
             status,
         } = route;
-        fit_lists(&mut spec);
         Self {
             generation: metadata.generation,
             created: metadata.creation_timestamp.map_or(0, |t| t.0.as_second()),
@@ -64,30 +92,61 @@ impl StoredRoute {
                 .resource_version
                 .as_deref()
                 .and_then(|v| v.parse().ok()),
-            spec,
+            spec: RouteSpec::new(spec),
             status,
+        }
+    }
+
+    /// Takes `other`'s list of parents when it is equal to this route's, so the two
+    /// keep one.
+    pub fn share_parents(&mut self, other: &StoredRoute) {
+        if self.spec.parent_refs == other.spec.parent_refs {
+            self.spec.parent_refs = Arc::clone(&other.spec.parent_refs);
         }
     }
 }
 
-/// Gives back the spare room of every list a route of the usual shape holds (filters'
-/// own lists are rare and small, and left as parsed).
-fn fit_lists(spec: &mut HttpRouteSpec) {
-    fit(&mut spec.hostnames);
-    fit(&mut spec.parent_refs);
-    fit(&mut spec.rules);
-    for rule in spec.rules.iter_mut().flatten() {
-        fit(&mut rule.matches);
-        fit(&mut rule.filters);
-        fit(&mut rule.backend_refs);
-        for m in rule.matches.iter_mut().flatten() {
+impl RouteSpec {
+    fn new(spec: HttpRouteSpec) -> Self {
+        Self {
+            hostnames: exact(spec.hostnames)
+                .into_iter()
+                .map(String::into_boxed_str)
+                .collect(),
+            parent_refs: exact(spec.parent_refs).into(),
+            rules: exact(spec.rules).into_iter().map(RuleSpec::new).collect(),
+        }
+    }
+}
+
+impl RuleSpec {
+    fn new(rule: HttpRouteRules) -> Self {
+        let mut matches = exact(rule.matches);
+        for m in &mut matches {
             fit(&mut m.headers);
             fit(&mut m.query_params);
         }
-        for b in rule.backend_refs.iter_mut().flatten() {
+        let mut backend_refs = exact(rule.backend_refs);
+        for b in &mut backend_refs {
             fit(&mut b.filters);
         }
+        Self {
+            name: rule.name.map(Arc::from),
+            matches: matches.into(),
+            // Filters' own lists are rare and small, and left as parsed.
+            filters: exact(rule.filters).into(),
+            backend_refs: backend_refs.into(),
+            timeouts: rule.timeouts.map(Box::new),
+        }
     }
+}
+
+/// A parsed list without its spare room, absent as empty. Neither YAML nor JSON tells
+/// serde how long a sequence is, so a list keeps the room of its last growth.
+fn exact<T>(list: Option<Vec<T>>) -> Vec<T> {
+    let mut list = list.unwrap_or_default();
+    list.shrink_to_fit();
+    list
 }
 
 fn fit<T>(list: &mut Option<Vec<T>>) {
@@ -173,24 +232,47 @@ spec:
     backendRefs: [{name: svc, port: 80}]
 "#;
         let route: HttpRoute = serde_saphyr::from_str(yaml).unwrap_or_default();
-        let before = route.clone();
+        let before = route.spec.clone();
         let kept = StoredRoute::new(route);
-        assert_eq!(kept.spec, before.spec);
         assert_eq!(kept.generation, Some(3));
         assert_eq!(kept.resource_version, Some(42));
         assert_eq!(kept.created, 1_796_454_000);
         let spec = &kept.spec;
-        assert_eq!(spec.hostnames.as_ref().map(Vec::capacity), Some(1));
-        assert_eq!(spec.parent_refs.as_ref().map(Vec::capacity), Some(1));
-        let rules = spec.rules.as_deref().unwrap_or_default();
-        assert_eq!(rules.len(), 1);
-        assert!(rules.iter().all(|r| {
-            r.matches.as_ref().map(Vec::capacity) == Some(1)
-                && r.backend_refs.as_ref().map(Vec::capacity) == Some(1)
-                && r.matches
-                    .iter()
-                    .flatten()
-                    .all(|m| m.headers.as_ref().map(Vec::capacity) == Some(1))
-        }));
+        assert_eq!(&*spec.hostnames, [Box::from("a.example.com")]);
+        assert_eq!(Some(spec.parent_refs.to_vec()), before.parent_refs);
+        let rules = before.rules.unwrap_or_default();
+        assert_eq!(spec.rules.len(), 1);
+        assert_eq!(Some(spec.rules[0].matches.to_vec()), rules[0].matches);
+        assert_eq!(
+            Some(spec.rules[0].backend_refs.to_vec()),
+            rules[0].backend_refs
+        );
+        assert!(spec.rules[0].filters.is_empty() && spec.rules[0].timeouts.is_none());
+        let headers = spec.rules[0].matches[0].headers.as_ref();
+        assert_eq!(headers.map(Vec::capacity), Some(1), "no spare room");
+    }
+
+    #[test]
+    fn routes_with_the_same_parents_keep_one_list() {
+        let route = |parent: &str| {
+            let yaml = format!(
+                "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n\
+                 metadata: {{name: r, namespace: default}}\n\
+                 spec: {{parentRefs: [{{name: {parent}}}]}}\n"
+            );
+            let route: HttpRoute = serde_saphyr::from_str(&yaml).unwrap_or_default();
+            StoredRoute::new(route)
+        };
+        let first = route("edge");
+        let mut same = route("edge");
+        let mut other = route("other");
+        assert!(!Arc::ptr_eq(
+            &first.spec.parent_refs,
+            &same.spec.parent_refs
+        ));
+        same.share_parents(&first);
+        assert!(Arc::ptr_eq(&first.spec.parent_refs, &same.spec.parent_refs));
+        other.share_parents(&first);
+        assert_eq!(other.spec.parent_refs[0].name, "other");
     }
 }

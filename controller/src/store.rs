@@ -311,6 +311,21 @@ pub fn retain_keys<K: Ord + Clone, V: Clone>(map: &mut Map<K, V>, keep: impl Fn(
     }
 }
 
+/// `route` as the Store keeps it, sharing its list of parents with the version it
+/// replaces or the route beside it when they list the same: routes in a namespace
+/// usually attach to the same Gateways.
+fn stored(
+    routes: &Map<ObjectKey, Arc<StoredRoute>>,
+    key: &ObjectKey,
+    route: HttpRoute,
+) -> StoredRoute {
+    let mut route = StoredRoute::new(route);
+    for (_, near) in routes.get_prev(key).into_iter().chain(routes.get_next(key)) {
+        route.share_parents(near);
+    }
+    route
+}
+
 /// Objects are kept by `Arc`: a copy of the Store (the Kubernetes source takes one per
 /// reconcile) shares them, and the incremental reconciler tells an unchanged object
 /// from a replaced one by pointer.
@@ -418,11 +433,13 @@ impl Store {
                 } else {
                     put(&mut self.http_route_ext, key.clone(), ext)
                 };
-                put(&mut self.http_routes, key, Arc::new(StoredRoute::new(*o))) | ext_changed
+                let route = stored(&self.http_routes, &key, *o);
+                put(&mut self.http_routes, key, Arc::new(route)) | ext_changed
             }
             Object::GrpcRoute(mut o) => {
                 let key = defaulted(&mut o.metadata);
-                put(&mut self.grpc_routes, key, Arc::new(StoredRoute::new(*o)))
+                let route = stored(&self.grpc_routes, &key, *o);
+                put(&mut self.grpc_routes, key, Arc::new(route))
             }
             Object::ReferenceGrant(mut o) => {
                 let key = defaulted(&mut o.metadata);

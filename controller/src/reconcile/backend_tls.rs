@@ -212,14 +212,12 @@ impl PolicyIndex {
         type Ref<'a> = (Option<&'a str>, Option<&'a str>, &'a str, Option<&'a str>);
         let mut routes: Vec<(&str, &[HttpRouteParentRefs], Vec<Ref<'_>>)> = Vec::new();
         for (key, route) in store.http_routes.iter().chain(&store.grpc_routes) {
-            let refs = route.spec.rules.iter().flatten();
-            let refs = refs.flat_map(|r| r.backend_refs.iter().flatten());
+            let refs = route.spec.rules.iter().flat_map(|r| r.backend_refs.iter());
             let refs = refs.map(|b| {
                 let (g, k) = (b.group.as_deref(), b.kind.as_deref());
                 (g, k, b.name.as_str(), b.namespace.as_deref())
             });
-            let parents = route.spec.parent_refs.as_deref().unwrap_or_default();
-            routes.push((&key.namespace, parents, refs.collect()));
+            routes.push((&key.namespace, &route.spec.parent_refs, refs.collect()));
         }
         // TLSRoutes: the policy applies to their Terminate listeners' backends.
         for ((kind, key), route) in &store.l4_routes {

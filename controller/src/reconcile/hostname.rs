@@ -39,15 +39,23 @@ pub fn more_specific(a: Option<&str>, b: Option<&str>) -> bool {
 
 /// The hostnames a route serves on a listener. `Some(vec![None])` means "any host";
 /// `None` means the route and listener share no hostname.
-pub fn effective(listener: Option<&str>, route: &[String]) -> Option<Vec<Option<String>>> {
+pub fn effective<H: AsRef<str>>(
+    listener: Option<&str>,
+    route: &[H],
+) -> Option<Vec<Option<String>>> {
     match (listener, route.is_empty()) {
         (None, true) => Some(vec![None]),
         (Some(l), true) => Some(vec![Some(l.to_ascii_lowercase())]),
-        (None, false) => Some(route.iter().map(|h| Some(h.to_ascii_lowercase())).collect()),
+        (None, false) => Some(
+            route
+                .iter()
+                .map(|h| Some(h.as_ref().to_ascii_lowercase()))
+                .collect(),
+        ),
         (Some(l), false) => {
             let mut out: Vec<Option<String>> = route
                 .iter()
-                .filter_map(|h| intersect(l, h))
+                .filter_map(|h| intersect(l, h.as_ref()))
                 .map(|h| Some(h.to_ascii_lowercase()))
                 .collect();
             out.sort();
@@ -104,7 +112,7 @@ mod tests {
             Some(vec![Some("test.example.com".to_owned())])
         );
         assert_eq!(effective(Some("a.org"), &route), None);
-        assert_eq!(effective(None, &[]), Some(vec![None]));
+        assert_eq!(effective::<String>(None, &[]), Some(vec![None]));
     }
 
     #[test]

@@ -88,14 +88,14 @@ pub fn compile(
         generation: route.generation.unwrap_or(1),
         // Sized exactly: these elements are hundreds of bytes and an empty Vec's
         // first push reserves four (most routes have one rule with one backend).
-        rules: Vec::with_capacity(route.spec.rules.as_ref().map_or(0, Vec::len)),
+        rules: Vec::with_capacity(route.spec.rules.len()),
         refs: Ok(()),
         key,
     };
-    for (index, rule) in route.spec.rules.iter().flatten().enumerate() {
+    for (index, rule) in route.spec.rules.iter().enumerate() {
         let mut invalid = None;
-        let mut matches = Vec::with_capacity(rule.matches.as_ref().map_or(1, |m| m.len().max(1)));
-        for m in rule.matches.iter().flatten() {
+        let mut matches = Vec::with_capacity(rule.matches.len().max(1));
+        for m in &rule.matches {
             match compile_match(m) {
                 Ok(m) => matches.push(m),
                 Err(why) => {
@@ -103,7 +103,7 @@ pub fn compile(
                 }
             }
         }
-        if rule.matches.as_ref().is_none_or(Vec::is_empty) {
+        if rule.matches.is_empty() {
             matches.push(RequestMatch::default());
         }
         let prefix_only = matches
@@ -112,7 +112,7 @@ pub fn compile(
         let namespace = model.key.namespace.clone();
         let mut mirror_problem = None;
         let filters = filters::compile(
-            rule.filters.as_deref().unwrap_or_default(),
+            &rule.filters,
             prefix_only,
             &mut mirror_resolver(resolver, kind, &namespace, &mut mirror_problem),
         )
@@ -120,8 +120,8 @@ pub fn compile(
             invalid.get_or_insert(why);
             Filters::default()
         });
-        let mut backends = Vec::with_capacity(rule.backend_refs.as_ref().map_or(0, Vec::len));
-        for b in rule.backend_refs.iter().flatten() {
+        let mut backends = Vec::with_capacity(rule.backend_refs.len());
+        for b in &rule.backend_refs {
             let spec = BackendRefSpec {
                 group: b.group.as_deref(),
                 kind: b.kind.as_deref(),
@@ -149,7 +149,7 @@ pub fn compile(
             });
         }
         let retry_spec = ext.and_then(|e| e.retry(index));
-        let (timeout, retry) = rule_timeouts(rule.timeouts.as_ref())
+        let (timeout, retry) = rule_timeouts(rule.timeouts.as_deref())
             .and_then(|(request, backend)| super::retry::compile(retry_spec, request, backend))
             .unwrap_or_else(|why| {
                 invalid.get_or_insert(why);
@@ -159,7 +159,7 @@ pub fn compile(
             model.refs = Err(p);
         }
         model.rules.push(RuleModel {
-            name: rule.name.as_deref().map(Arc::from),
+            name: rule.name.clone(),
             matches,
             timeout,
             retry,
@@ -328,10 +328,10 @@ pub(super) fn attach_route(
     gateways: &BTreeMap<ObjectKey, GatewayModel<'_>>,
     shared: &mut SharedStatuses,
 ) -> Attached {
-    let mut parents = Vec::with_capacity(route.spec.parent_refs.as_ref().map_or(0, Vec::len));
+    let mut parents = Vec::with_capacity(route.spec.parent_refs.len());
     let mut placements = Vec::new();
     let generation = model.generation;
-    for parent in route.spec.parent_refs.iter().flatten() {
+    for parent in route.spec.parent_refs.iter() {
         let Some(target) = parent_target(sets, parent, &model.key.namespace, gateways) else {
             continue;
         };
@@ -455,7 +455,7 @@ fn attach_one<'a>(
         );
         return Decided::not_accepted(generation, "NoMatchingParent", message);
     }
-    let route_hosts = route.spec.hostnames.as_deref().unwrap_or_default();
+    let route_hosts = &route.spec.hostnames;
     let mut attached = 0;
     for (i, listener) in attachable() {
         // Lower-case, as virtual hosts are keyed.
