@@ -14,11 +14,13 @@
 
 use std::sync::Arc;
 
+use aether_proxy::routing::RequestMatch;
 use gateway_api::httproutes::{
     HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesBackendRefs,
-    HttpRouteRulesFilters, HttpRouteRulesMatches, HttpRouteRulesTimeouts, HttpRouteSpec,
-    HttpRouteStatus,
+    HttpRouteRulesFilters, HttpRouteRulesTimeouts, HttpRouteSpec, HttpRouteStatus,
 };
+
+use crate::route_match::compile_matches;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// kubectl's copy of what it last applied (client-side apply).
@@ -67,11 +69,15 @@ pub struct RouteSpec {
 }
 
 /// One rule of a [`RouteSpec`]: half an `HttpRouteRules` (the timeouts, rarely set, are
-/// boxed; the name is in the form the rule's model and logs share).
+/// boxed; the name is in the form the rule's model and logs share). Its matches are
+/// kept compiled: they read nothing but themselves, and the rule's model shares them.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RuleSpec {
     pub name: Option<Arc<str>>,
-    pub matches: Box<[HttpRouteRulesMatches]>,
+    /// Those that compiled; the spec's default match when the rule lists none.
+    pub matches: Arc<[RequestMatch]>,
+    /// Why a listed match did not compile (the first), which makes the rule invalid.
+    pub match_problem: Option<Box<str>>,
     pub filters: Box<[HttpRouteRulesFilters]>,
     pub backend_refs: Box<[HttpRouteRulesBackendRefs]>,
     pub timeouts: Option<Box<HttpRouteRulesTimeouts>>,
@@ -121,18 +127,15 @@ impl RouteSpec {
 
 impl RuleSpec {
     fn new(rule: HttpRouteRules) -> Self {
-        let mut matches = exact(rule.matches);
-        for m in &mut matches {
-            fit(&mut m.headers);
-            fit(&mut m.query_params);
-        }
+        let (matches, match_problem) = compile_matches(&rule.matches.unwrap_or_default());
         let mut backend_refs = exact(rule.backend_refs);
         for b in &mut backend_refs {
             fit(&mut b.filters);
         }
         Self {
             name: rule.name.map(Arc::from),
-            matches: matches.into(),
+            matches,
+            match_problem: match_problem.map(String::into_boxed_str),
             // Filters' own lists are rare and small, and left as parsed.
             filters: exact(rule.filters).into(),
             backend_refs: backend_refs.into(),
@@ -242,14 +245,41 @@ spec:
         assert_eq!(Some(spec.parent_refs.to_vec()), before.parent_refs);
         let rules = before.rules.unwrap_or_default();
         assert_eq!(spec.rules.len(), 1);
-        assert_eq!(Some(spec.rules[0].matches.to_vec()), rules[0].matches);
+        assert_eq!(spec.rules[0].matches.len(), 1);
+        assert_eq!(spec.rules[0].matches[0].headers().len(), 1);
+        assert_eq!(spec.rules[0].match_problem, None);
         assert_eq!(
             Some(spec.rules[0].backend_refs.to_vec()),
             rules[0].backend_refs
         );
         assert!(spec.rules[0].filters.is_empty() && spec.rules[0].timeouts.is_none());
-        let headers = spec.rules[0].matches[0].headers.as_ref();
-        assert_eq!(headers.map(Vec::capacity), Some(1), "no spare room");
+    }
+
+    #[test]
+    fn a_rule_keeps_its_matches_compiled_and_why_one_did_not() {
+        let yaml = r#"
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: r, namespace: default}
+spec:
+  rules:
+  - backendRefs: [{name: svc, port: 80}]
+  - matches: [{path: {type: Exact, value: "/a"}}, {path: {type: PathPrefix, value: "b"}}]
+"#;
+        let route: HttpRoute = serde_saphyr::from_str(yaml).unwrap_or_default();
+        let kept = StoredRoute::new(route);
+        let (none_listed, one_bad) = (&kept.spec.rules[0], &kept.spec.rules[1]);
+        assert_eq!(*none_listed.matches, [RequestMatch::default()]);
+        assert_eq!(none_listed.match_problem, None);
+        assert_eq!(one_bad.matches.len(), 1, "the match that compiled is kept");
+        assert!(
+            one_bad
+                .match_problem
+                .as_deref()
+                .is_some_and(|p| p.contains("must start with '/'")),
+            "{:?}",
+            one_bad.match_problem
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod l4route;
 pub mod manifest;
 pub mod reconcile;
 pub mod route_ext;
+pub mod route_match;
 pub mod status;
 pub mod store;
 pub mod tls_secret;

@@ -1,4 +1,5 @@
-//! HTTPRoute compilation (matches, backends) and attachment to Gateway listeners.
+//! HTTPRoute compilation (backends, filters, timeouts; the matches come compiled from
+//! the Store, see `route_match`) and attachment to Gateway listeners.
 //! GRPCRoutes arrive in their HTTPRoute form (see `grpc_route`) and take the same
 //! path under their own kind name.
 
@@ -6,15 +7,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use aether_proxy::backend::Backend;
-use aether_proxy::routing::{HeaderMatch, PathMatch, QueryMatch, RequestMatch, ValueMatch};
-use gateway_api::httproutes::{
-    HttpRouteParentRefs, HttpRouteRulesMatches, HttpRouteRulesMatchesHeadersType,
-    HttpRouteRulesMatchesMethod, HttpRouteRulesMatchesPathType,
-    HttpRouteRulesMatchesQueryParamsType, HttpRouteRulesTimeouts, HttpRouteStatus,
-};
-use http::{HeaderName, Method};
+use aether_proxy::routing::{PathMatch, RequestMatch};
+use gateway_api::httproutes::{HttpRouteParentRefs, HttpRouteRulesTimeouts, HttpRouteStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use regex::Regex;
 
 use aether_proxy::filters::Filters;
 
@@ -53,7 +48,8 @@ impl RouteModel {
 pub struct RuleModel {
     /// The rule's `name`, for access logs.
     pub name: Option<Arc<str>>,
-    pub matches: Vec<RequestMatch>,
+    /// Shared with the rule's spec in the Store, which keeps them compiled.
+    pub matches: Arc<[RequestMatch]>,
     pub timeout: Option<std::time::Duration>,
     pub retry: Option<Box<aether_proxy::retry::RetryPolicy>>,
     pub filters: Filters,
@@ -93,19 +89,8 @@ pub fn compile(
         key,
     };
     for (index, rule) in route.spec.rules.iter().enumerate() {
-        let mut invalid = None;
-        let mut matches = Vec::with_capacity(rule.matches.len().max(1));
-        for m in &rule.matches {
-            match compile_match(m) {
-                Ok(m) => matches.push(m),
-                Err(why) => {
-                    invalid.get_or_insert(why);
-                }
-            }
-        }
-        if rule.matches.is_empty() {
-            matches.push(RequestMatch::default());
-        }
+        let mut invalid = rule.match_problem.as_deref().map(str::to_owned);
+        let matches = Arc::clone(&rule.matches);
         let prefix_only = matches
             .iter()
             .all(|m| matches!(m.path, PathMatch::Prefix(_)));
@@ -212,93 +197,6 @@ fn rule_timeouts(
         ));
     }
     Ok((request, backend))
-}
-
-fn compile_match(m: &HttpRouteRulesMatches) -> Result<RequestMatch, String> {
-    let path = match &m.path {
-        None => PathMatch::prefix("/"),
-        Some(p) => {
-            let value = p.value.as_deref().unwrap_or("/");
-            match p
-                .r#type
-                .as_ref()
-                .unwrap_or(&HttpRouteRulesMatchesPathType::PathPrefix)
-            {
-                HttpRouteRulesMatchesPathType::Exact
-                | HttpRouteRulesMatchesPathType::PathPrefix
-                    if !value.starts_with('/') =>
-                {
-                    return Err(format!("path {value:?} must start with '/'"));
-                }
-                HttpRouteRulesMatchesPathType::Exact => PathMatch::Exact(value.into()),
-                HttpRouteRulesMatchesPathType::PathPrefix => PathMatch::prefix(value),
-                HttpRouteRulesMatchesPathType::RegularExpression => {
-                    PathMatch::Regex(Box::new(anchored(value)?))
-                }
-            }
-        }
-    };
-    let mut headers: Vec<HeaderMatch> = Vec::new();
-    for h in m.headers.iter().flatten() {
-        let name = HeaderName::from_bytes(h.name.as_bytes())
-            .map_err(|_| format!("invalid header name {:?}", h.name))?;
-        // The spec: only the first entry for a given name counts.
-        if headers.iter().any(|x| x.name == name) {
-            continue;
-        }
-        let value = match h
-            .r#type
-            .as_ref()
-            .unwrap_or(&HttpRouteRulesMatchesHeadersType::Exact)
-        {
-            HttpRouteRulesMatchesHeadersType::Exact => ValueMatch::Exact(h.value.as_str().into()),
-            HttpRouteRulesMatchesHeadersType::RegularExpression => {
-                ValueMatch::Regex(anchored(&h.value)?)
-            }
-        };
-        headers.push(HeaderMatch { name, value });
-    }
-    let mut query: Vec<QueryMatch> = Vec::new();
-    for q in m.query_params.iter().flatten() {
-        if query.iter().any(|x| *x.name == *q.name) {
-            continue;
-        }
-        let value = match q
-            .r#type
-            .as_ref()
-            .unwrap_or(&HttpRouteRulesMatchesQueryParamsType::Exact)
-        {
-            HttpRouteRulesMatchesQueryParamsType::Exact => {
-                ValueMatch::Exact(q.value.as_str().into())
-            }
-            HttpRouteRulesMatchesQueryParamsType::RegularExpression => {
-                ValueMatch::Regex(anchored(&q.value)?)
-            }
-        };
-        query.push(QueryMatch {
-            name: q.name.as_str().into(),
-            value,
-        });
-    }
-    let method = m.method.as_ref().map(|m| match m {
-        HttpRouteRulesMatchesMethod::Get => Method::GET,
-        HttpRouteRulesMatchesMethod::Head => Method::HEAD,
-        HttpRouteRulesMatchesMethod::Post => Method::POST,
-        HttpRouteRulesMatchesMethod::Put => Method::PUT,
-        HttpRouteRulesMatchesMethod::Delete => Method::DELETE,
-        HttpRouteRulesMatchesMethod::Connect => Method::CONNECT,
-        HttpRouteRulesMatchesMethod::Options => Method::OPTIONS,
-        HttpRouteRulesMatchesMethod::Trace => Method::TRACE,
-        HttpRouteRulesMatchesMethod::Patch => Method::PATCH,
-    });
-    Ok(RequestMatch::new(path, method, headers, query))
-}
-
-/// Regular expressions match the whole value, as Envoy's RE2 matchers (and so most
-/// conformance expectations) do.
-fn anchored(re: &str) -> Result<Regex, String> {
-    Regex::new(&format!("^(?:{re})$"))
-        .map_err(|e| format!("invalid regular expression {re:?}: {e}"))
 }
 
 /// Where a route attached: a listener of one Gateway, and the hostnames it serves there.

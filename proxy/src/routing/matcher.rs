@@ -17,6 +17,18 @@ pub enum PathMatch {
     Regex(Box<Regex>),
 }
 
+/// Regexes compare by their pattern: two compiled from one pattern match alike.
+impl PartialEq for PathMatch {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (PathMatch::Exact(a), PathMatch::Exact(b)) => a == b,
+            (PathMatch::Prefix(a), PathMatch::Prefix(b)) => a == b,
+            (PathMatch::Regex(a), PathMatch::Regex(b)) => a.as_str() == b.as_str(),
+            _ => false,
+        }
+    }
+}
+
 impl PathMatch {
     pub fn prefix(value: &str) -> Self {
         PathMatch::Prefix(value.trim_end_matches('/').into())
@@ -50,6 +62,16 @@ pub enum ValueMatch {
     Regex(Regex),
 }
 
+impl PartialEq for ValueMatch {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (ValueMatch::Exact(a), ValueMatch::Exact(b)) => a == b,
+            (ValueMatch::Regex(a), ValueMatch::Regex(b)) => a.as_str() == b.as_str(),
+            _ => false,
+        }
+    }
+}
+
 impl ValueMatch {
     pub fn matches(&self, value: &[u8]) -> bool {
         match self {
@@ -59,14 +81,14 @@ impl ValueMatch {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HeaderMatch {
     #[serde(serialize_with = "ser_header_name")]
     pub name: HeaderName,
     pub value: ValueMatch,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct QueryMatch {
     pub name: Box<str>,
     pub value: ValueMatch,
@@ -78,14 +100,14 @@ pub struct QueryMatch {
 /// and its hostname's table), so the method, header and query tests most routes don't
 /// have live in one box that is absent for them (at 5,000 routes the three inline
 /// cost 0.8 MiB of empty lists).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct RequestMatch {
     pub path: PathMatch,
     more: Option<Box<MoreTests>>,
 }
 
 /// A match's tests besides the path; never all empty (then there is no box).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 struct MoreTests {
     method: Option<Method>,
     headers: Box<[HeaderMatch]>,
