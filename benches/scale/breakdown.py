@@ -7,7 +7,8 @@ when installed) to compare the bytes malloc hands out with what is resident.
     unshare -n sh -c 'ip link set lo up && benches/scale/breakdown.py target/quick/aether-edge'
 
 BREAKDOWN_WRAP="heaptrack -o /tmp/ht" runs the edge under a wrapper (the wrapper's own
-pages then count too); BREAKDOWN_KILL=1 ends it with SIGKILL at the loaded point, so
+pages then count too); BREAKDOWN_TRIM=1 then calls malloc_trim(0) in
+it (through gdb) and prints the resident set after. BREAKDOWN_KILL=1 ends it with SIGKILL at the loaded point, so
 heaptrack's "leaked" figures are the heap live at that moment. Environment passed to
 the edge as is (MALLOC_ARENA_MAX and the like). Loopback only, bounded like measure.py.
 """
@@ -123,6 +124,11 @@ def main():
             print("\n".join("    " + l for l in stats) or "    (none: " + r.stderr[-300:] + ")")
         except (OSError, subprocess.TimeoutExpired) as e:
             print("gdb:", e)
+        if os.environ.get("BREAKDOWN_TRIM"):
+            # What glibc could give back now: the free pages between live allocations.
+            subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "call (int)malloc_trim(0)"],
+                           capture_output=True, text=True, timeout=60)
+            print(f"after malloc_trim(0): VmRSS {m.rss_kib(pid) / 1024:.1f} MiB")
         if os.environ.get("BREAKDOWN_PAUSE"):
             print("paused; press enter"); sys.stdin.readline()
         if os.environ.get("BREAKDOWN_KILL"):

@@ -45,7 +45,7 @@ pub(crate) fn drop_bookkeeping(meta: &mut ObjectMeta) {
 /// `HttpRoute`'s 456 bytes, nearly all of it options no route sets, plus its own
 /// copies of the name and namespace: at 5,000 routes about 1.8 MiB the reconciler
 /// never read.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct StoredRoute {
     pub generation: Option<i64>,
     /// `creationTimestamp` in whole seconds, 0 when absent: routes of equal precedence
@@ -83,17 +83,53 @@ pub struct RuleSpec {
     pub timeouts: Option<Box<HttpRouteRulesTimeouts>>,
 }
 
-impl StoredRoute {
-    /// What the Store keeps of `route`.
-    pub fn new(route: HttpRoute) -> Self {
+/// An HTTPRoute as a source hands it to the Store: already in the form the Store keeps,
+/// made as each object is read. A manifest file's routes are all read before any is
+/// applied, and as gateway-api's types they held 13 MiB at 5,000 routes: the peak of a
+/// first load, which glibc then kept as the arena the long-lived data was scattered
+/// over (`benches/RESULTS.md`, issue 14, session 28).
+#[derive(Debug, Clone, Default)]
+pub struct RouteObject {
+    /// The name and namespace, which key the route; the rest of the metadata that is
+    /// read is in `route`.
+    pub metadata: ObjectMeta,
+    pub route: StoredRoute,
+}
+
+impl From<HttpRoute> for RouteObject {
+    fn from(route: HttpRoute) -> Self {
         let HttpRoute {
             metadata,
             spec,
             status,
         } = route;
+        let route = StoredRoute::from_parts(&metadata, spec, status);
+        let metadata = ObjectMeta {
+            name: metadata.name,
+            namespace: metadata.namespace,
+            ..ObjectMeta::default()
+        };
+        Self { metadata, route }
+    }
+}
+
+impl StoredRoute {
+    /// What the Store keeps of `route`.
+    pub fn new(route: HttpRoute) -> Self {
+        Self::from_parts(&route.metadata, route.spec, route.status)
+    }
+
+    fn from_parts(
+        metadata: &ObjectMeta,
+        spec: HttpRouteSpec,
+        status: Option<HttpRouteStatus>,
+    ) -> Self {
         Self {
             generation: metadata.generation,
-            created: metadata.creation_timestamp.map_or(0, |t| t.0.as_second()),
+            created: metadata
+                .creation_timestamp
+                .as_ref()
+                .map_or(0, |t| t.0.as_second()),
             resource_version: metadata
                 .resource_version
                 .as_deref()

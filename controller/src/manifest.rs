@@ -10,11 +10,13 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use crate::compact::RouteObject;
 use crate::gateway_ext::GatewayExt;
 use crate::grpc_route::to_http_route;
 use crate::route_ext::HttpRouteExt;
 use crate::store::Object;
 use gateway_api::grpcroutes::GrpcRoute;
+use gateway_api::httproutes::HttpRoute;
 
 /// Why a document or file could not be loaded.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -112,16 +114,17 @@ fn decode(meta: &TypeMeta, doc: &str) -> Result<Option<Object>, serde_saphyr::Er
             Object::Gateway(gateway, GatewayExt::from_raw(&raw))
         }
         ("gateway.networking.k8s.io", "HTTPRoute") => {
-            let route = typed(doc)?;
+            let route: Box<HttpRoute> = typed(doc)?;
             let raw: serde_json::Value = serde_saphyr::from_str(doc).unwrap_or_default();
-            Object::HttpRoute(route, HttpRouteExt::from_raw(&raw))
+            let ext = HttpRouteExt::from_raw(&raw);
+            Object::HttpRoute(Box::new(RouteObject::from(*route)), ext)
         }
         ("gateway.networking.k8s.io", "GRPCRoute") => {
             let route: Box<GrpcRoute> = typed(doc)?;
             // Its own types parsed, so the HTTPRoute form always exists; a failure here
             // would be a bug in the conversion, reported like any invalid object.
             match to_http_route(&route) {
-                Ok(r) => Object::GrpcRoute(Box::new(r)),
+                Ok(r) => Object::GrpcRoute(Box::new(RouteObject::from(r))),
                 Err(e) => return Err(serde::de::Error::custom(format!("GRPCRoute: {e}"))),
             }
         }

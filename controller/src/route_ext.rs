@@ -26,10 +26,17 @@ pub struct HttpRouteExt {
 
 impl HttpRouteExt {
     pub fn from_raw(raw: &Value) -> Self {
-        let retries = raw["spec"]["rules"]
+        let rules = raw["spec"]["rules"]
             .as_array()
-            .into_iter()
-            .flatten()
+            .map_or(&[][..], Vec::as_slice);
+        let retry = |rule: &Value| rule.get("retry").filter(|r| !r.is_null()).is_some();
+        // Nearly every route: no list (a route's objects are all read before any is
+        // applied, so a list of nothing per route added to a first load's peak).
+        if !rules.iter().any(retry) {
+            return Self::default();
+        }
+        let retries = rules
+            .iter()
             .map(|rule| {
                 let r = rule.get("retry").filter(|r| !r.is_null())?;
                 Some(RetrySpec::deserialize(r).map_err(|e| format!("invalid retry: {e}")))
@@ -72,5 +79,11 @@ mod tests {
         assert!(matches!(ext.retry(2), Some(Err(_))));
         assert_eq!(ext.retry(3), None);
         assert!(HttpRouteExt::from_raw(&Value::Null).is_empty());
+    }
+
+    #[test]
+    fn a_route_without_retries_holds_no_list() {
+        let raw = serde_json::json!({"spec": {"rules": [{}, {"retry": null}]}});
+        assert_eq!(HttpRouteExt::from_raw(&raw).retries.capacity(), 0);
     }
 }

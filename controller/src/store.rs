@@ -8,14 +8,13 @@ use std::sync::Arc;
 use gateway_api::backendtlspolicies::BackendTlsPolicy;
 use gateway_api::gatewayclasses::GatewayClass;
 use gateway_api::gateways::Gateway;
-use gateway_api::httproutes::HttpRoute;
 use gateway_api::listenersets::ListenerSet;
 use gateway_api::referencegrants::ReferenceGrant;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, PodSpec, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::compact::StoredRoute;
+use crate::compact::{RouteObject, StoredRoute};
 use crate::gateway_ext::GatewayExt;
 use crate::l4route::{L4Kind, L4Route};
 use crate::route_ext::HttpRouteExt;
@@ -184,10 +183,10 @@ pub enum Object {
     GatewayClass(Box<GatewayClass>),
     /// The typed Gateway and the fields its type lacks.
     Gateway(Box<Gateway>, GatewayExt),
-    /// The typed HTTPRoute and the experimental fields its type lacks.
-    HttpRoute(Box<HttpRoute>, HttpRouteExt),
+    /// An HTTPRoute as the Store keeps it, and the experimental fields its type lacks.
+    HttpRoute(Box<RouteObject>, HttpRouteExt),
     /// A GRPCRoute in its HTTPRoute form (see `grpc_route`).
-    GrpcRoute(Box<HttpRoute>),
+    GrpcRoute(Box<RouteObject>),
     ReferenceGrant(Box<ReferenceGrant>),
     ListenerSet(Box<ListenerSet>),
     Secret(Box<Secret>),
@@ -317,9 +316,8 @@ pub fn retain_keys<K: Ord + Clone, V: Clone>(map: &mut Map<K, V>, keep: impl Fn(
 fn stored(
     routes: &Map<ObjectKey, Arc<StoredRoute>>,
     key: &ObjectKey,
-    route: HttpRoute,
+    mut route: StoredRoute,
 ) -> StoredRoute {
-    let mut route = StoredRoute::new(route);
     for (_, near) in routes.get_prev(key).into_iter().chain(routes.get_next(key)) {
         route.share_parents(near);
     }
@@ -433,12 +431,12 @@ impl Store {
                 } else {
                     put(&mut self.http_route_ext, key.clone(), ext)
                 };
-                let route = stored(&self.http_routes, &key, *o);
+                let route = stored(&self.http_routes, &key, o.route);
                 put(&mut self.http_routes, key, Arc::new(route)) | ext_changed
             }
             Object::GrpcRoute(mut o) => {
                 let key = defaulted(&mut o.metadata);
-                let route = stored(&self.grpc_routes, &key, *o);
+                let route = stored(&self.grpc_routes, &key, o.route);
                 put(&mut self.grpc_routes, key, Arc::new(route))
             }
             Object::ReferenceGrant(mut o) => {

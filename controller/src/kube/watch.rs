@@ -31,6 +31,7 @@ use serde::{Deserialize, Deserializer};
 use tokio::sync::Notify;
 
 use crate::Object;
+use crate::compact::RouteObject;
 use crate::gateway_ext::GatewayExt;
 use crate::grpc_route::to_http_route;
 use crate::l4route::{L4Kind, L4Route};
@@ -270,7 +271,7 @@ impl Resource for RawHttpRoute {
 
 impl Kind for RawHttpRoute {
     fn object(self) -> Object {
-        Object::HttpRoute(Box::new(self.route), self.ext)
+        Object::HttpRoute(Box::new(RouteObject::from(self.route)), self.ext)
     }
     fn clear(store: &mut Store) {
         store.http_routes.clear();
@@ -286,7 +287,7 @@ impl Kind for RawHttpRoute {
 impl Kind for GrpcRoute {
     fn object(self) -> Object {
         match to_http_route(&self) {
-            Ok(r) => Object::GrpcRoute(Box::new(r)),
+            Ok(r) => Object::GrpcRoute(Box::new(RouteObject::from(r))),
             // Unreachable for an object that deserialized as a GRPCRoute; keep the
             // route visible rather than drop it silently.
             Err(e) => {
