@@ -54,7 +54,8 @@ pub struct StoredRoute {
     /// `resourceVersion`, for the status writer (a number on every API server).
     pub resource_version: Option<u64>,
     pub spec: RouteSpec,
-    pub status: Option<HttpRouteStatus>,
+    /// Boxed: set only in Kubernetes mode, and gateway-api's 24 bytes of it per route.
+    pub status: Option<Box<HttpRouteStatus>>,
 }
 
 /// An HTTPRoute's spec with its lists at their exact length and an absent list kept as
@@ -135,7 +136,7 @@ impl StoredRoute {
                 .as_deref()
                 .and_then(|v| v.parse().ok()),
             spec: RouteSpec::new(spec),
-            status,
+            status: status.map(Box::new),
         }
     }
 

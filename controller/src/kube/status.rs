@@ -285,7 +285,7 @@ impl StatusWriter {
                 routes.extend(map.iter().filter_map(|(k, s)| {
                     let obj = held.get(k)?;
                     let any: Arc<dyn Any + Send + Sync> = Arc::clone(obj) as _;
-                    Some((kind, k, s, any, obj.status.as_ref(), obj.resource_version))
+                    Some((kind, k, s, any, obj.status.as_deref(), obj.resource_version))
                 }));
             }
             routes.extend(desired.l4_routes.iter().filter_map(|((kind, k), s)| {

@@ -32,7 +32,9 @@ pub struct RouteModel {
     pub kind: &'static str,
     pub created: i64,
     pub generation: i64,
-    pub rules: Vec<RuleModel>,
+    /// Boxed slices here and in each rule: kept as long as the route, at their exact
+    /// length, a pointer shorter than a `Vec`.
+    pub rules: Box<[RuleModel]>,
     /// The first backendRef problem, if any.
     pub refs: Result<(), RefProblem>,
 }
@@ -53,9 +55,9 @@ pub struct RuleModel {
     pub timeout: Option<std::time::Duration>,
     pub retry: Option<Box<aether_proxy::retry::RetryPolicy>>,
     pub filters: Filters,
-    pub backends: Vec<BackendModel>,
+    pub backends: Box<[BackendModel]>,
     /// Why this rule can't be served as written; its requests then answer 500.
-    pub invalid: Option<String>,
+    pub invalid: Option<Box<str>>,
 }
 
 pub struct BackendModel {
@@ -82,12 +84,12 @@ pub fn compile(
         kind,
         created: route.created,
         generation: route.generation.unwrap_or(1),
-        // Sized exactly: these elements are hundreds of bytes and an empty Vec's
-        // first push reserves four (most routes have one rule with one backend).
-        rules: Vec::with_capacity(route.spec.rules.len()),
+        rules: Box::default(),
         refs: Ok(()),
         key,
     };
+    // Sized exactly, so the boxed slices take the lists as they are.
+    let mut rules = Vec::with_capacity(route.spec.rules.len());
     for (index, rule) in route.spec.rules.iter().enumerate() {
         let mut invalid = rule.match_problem.as_deref().map(str::to_owned);
         let matches = Arc::clone(&rule.matches);
@@ -143,16 +145,17 @@ pub fn compile(
         if let (Some(p), Ok(())) = (mirror_problem, &model.refs) {
             model.refs = Err(p);
         }
-        model.rules.push(RuleModel {
+        rules.push(RuleModel {
             name: rule.name.clone(),
             matches,
             timeout,
             retry,
             filters,
-            backends,
-            invalid,
+            backends: backends.into_boxed_slice(),
+            invalid: invalid.map(String::into_boxed_str),
         });
     }
+    model.rules = rules.into_boxed_slice();
     model
 }
 

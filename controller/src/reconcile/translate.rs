@@ -482,7 +482,7 @@ fn rule_actions(gateway: &Arc<str>, client: &Client, route: &RouteModel) -> Acti
                     vec![WeightedBackend {
                         weight: 1,
                         target: BackendTarget::Invalid {
-                            reason: why.as_str().into(),
+                            reason: (**why).into(),
                         },
                         filters: Filters::default(),
                     }],
