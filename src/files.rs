@@ -229,7 +229,7 @@ impl FileSource {
             }
             match manifest::parse_document(file, first_line, doc) {
                 Ok(object) => {
-                    let id = object.as_ref().map(Object::id);
+                    let id = object.as_ref().map(|o| o.id_in(&mut self.store));
                     if let Some(object) = object {
                         parsed.insert(doc_hash, object);
                     }

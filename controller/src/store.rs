@@ -277,6 +277,17 @@ impl Object {
         }
     }
 
+    /// [`Self::id`] with its namespace the Store's shared copy: a source that keeps
+    /// every object's id (the file source, per document) then holds one string per
+    /// namespace instead of one per object.
+    pub fn id_in(&self, store: &mut Store) -> ObjectId {
+        let mut id = self.id();
+        if !id.key.namespace.is_empty() {
+            id.key.namespace = store.namespace_name(&id.key.namespace);
+        }
+        id
+    }
+
     pub fn kind(&self) -> &'static str {
         match self {
             Object::GatewayClass(_) => "GatewayClass",
@@ -367,7 +378,24 @@ pub struct Store {
     namespace_names: imbl::OrdSet<Arc<str>>,
 }
 
+/// The shared copy of namespace name `namespace`, made on first use.
+fn interned(names: &mut imbl::OrdSet<Arc<str>>, namespace: &str) -> Arc<str> {
+    match names.get(namespace) {
+        Some(known) => Arc::clone(known),
+        None => {
+            let new: Arc<str> = namespace.into();
+            names.insert(Arc::clone(&new));
+            new
+        }
+    }
+}
+
 impl Store {
+    /// The shared copy of namespace name `namespace` (see [`Object::id_in`]).
+    pub fn namespace_name(&mut self, namespace: &str) -> Arc<str> {
+        interned(&mut self.namespace_names, namespace)
+    }
+
     pub fn from_objects(objects: impl IntoIterator<Item = Object>) -> Self {
         let mut store = Self::default();
         for o in objects {
@@ -403,14 +431,7 @@ impl Store {
             let namespace = meta
                 .namespace
                 .get_or_insert_with(|| DEFAULT_NAMESPACE.to_owned());
-            let namespace = match names.get(namespace.as_str()) {
-                Some(known) => Arc::clone(known),
-                None => {
-                    let new: Arc<str> = namespace.as_str().into();
-                    names.insert(Arc::clone(&new));
-                    new
-                }
-            };
+            let namespace = interned(names, namespace);
             ObjectKey::new(namespace, meta.name.as_deref().unwrap_or_default())
         };
         crate::compact::drop_bookkeeping(object.meta_mut());
