@@ -124,14 +124,11 @@ fuzz_target!(|input: Input| {
             }
         });
         let p = path(segs);
-        let matcher = RequestMatch {
-            path: if *exact {
-                PathMatch::Exact(p.as_str().into())
-            } else {
-                PathMatch::prefix(&p)
-            },
-            ..RequestMatch::default()
-        };
+        let matcher = RequestMatch::path(if *exact {
+            PathMatch::Exact(p.as_str().into())
+        } else {
+            PathMatch::prefix(&p)
+        });
         let name: Arc<str> = format!("r{i}").into();
         let entry = RouteEntry {
             matcher,
