@@ -215,7 +215,7 @@ impl PolicyIndex {
             let refs = route.spec.rules.iter().flat_map(|r| r.backend_refs.iter());
             let refs = refs.map(|b| {
                 let (g, k) = (b.group.as_deref(), b.kind.as_deref());
-                (g, k, b.name.as_str(), b.namespace.as_deref())
+                (g, k, &*b.name, b.namespace.as_deref())
             });
             routes.push((&key.namespace, &route.spec.parent_refs, refs.collect()));
         }

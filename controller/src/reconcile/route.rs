@@ -121,7 +121,7 @@ pub fn compile(
                 model.refs = Err(p.clone());
             }
             let filters = filters::compile_backend(
-                b.filters.as_deref().unwrap_or_default(),
+                &b.filters,
                 prefix_only,
                 &mut mirror_resolver(resolver, kind, &namespace, &mut mirror_problem),
             )
