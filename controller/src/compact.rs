@@ -59,8 +59,9 @@ pub struct StoredRoute {
     pub status: Option<Box<HttpRouteStatus>>,
 }
 
-/// An HTTPRoute's spec with its lists at their exact length and an absent list kept as
-/// an empty one (the spec gives both one meaning). The elements are gateway-api's.
+/// An HTTPRoute's spec with its lists at their exact length (a boxed slice keeps no
+/// spare room; a parsed Vec keeps its last growth's) and an absent list kept as an
+/// empty one (the spec gives both one meaning). The elements are gateway-api's.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RouteSpec {
     pub hostnames: Box<[Box<str>]>,
@@ -107,7 +108,7 @@ impl From<HttpRouteRulesBackendRefs> for BackendRef {
             namespace: b.namespace.map(String::into_boxed_str),
             port: b.port,
             weight: b.weight,
-            filters: exact(b.filters).into(),
+            filters: b.filters.unwrap_or_default().into(),
         }
     }
 }
@@ -180,12 +181,13 @@ impl StoredRoute {
 impl RouteSpec {
     fn new(spec: HttpRouteSpec) -> Self {
         Self {
-            hostnames: exact(spec.hostnames)
-                .into_iter()
+            hostnames: (spec.hostnames.unwrap_or_default().into_iter())
                 .map(String::into_boxed_str)
                 .collect(),
-            parent_refs: exact(spec.parent_refs).into(),
-            rules: exact(spec.rules).into_iter().map(RuleSpec::new).collect(),
+            parent_refs: spec.parent_refs.unwrap_or_default().into(),
+            rules: (spec.rules.unwrap_or_default().into_iter())
+                .map(RuleSpec::new)
+                .collect(),
         }
     }
 }
@@ -198,21 +200,13 @@ impl RuleSpec {
             matches,
             match_problem: match_problem.map(String::into_boxed_str),
             // Filters' own lists are rare and small, and left as parsed.
-            filters: exact(rule.filters).into(),
+            filters: rule.filters.unwrap_or_default().into(),
             backend_refs: (rule.backend_refs.unwrap_or_default().into_iter())
                 .map(BackendRef::from)
                 .collect(),
             timeouts: rule.timeouts.map(Box::new),
         }
     }
-}
-
-/// A parsed list without its spare room, absent as empty. Neither YAML nor JSON tells
-/// serde how long a sequence is, so a list keeps the room of its last growth.
-fn exact<T>(list: Option<Vec<T>>) -> Vec<T> {
-    let mut list = list.unwrap_or_default();
-    list.shrink_to_fit();
-    list
 }
 
 #[cfg(test)]
