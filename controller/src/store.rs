@@ -264,28 +264,28 @@ impl Object {
 
     /// The object's identity, with the namespace defaulted as [`Store::apply`] does.
     pub fn id(&self) -> ObjectId {
-        let meta = self.meta();
-        let key = match self {
-            Object::GatewayClass(_) | Object::Namespace(_) => {
-                ObjectKey::new("", meta.name.as_deref().unwrap_or_default())
-            }
-            _ => ObjectKey::of(meta),
-        };
-        ObjectId {
-            kind: self.kind(),
-            key,
-        }
+        self.id_with(|namespace| Arc::from(namespace))
     }
 
     /// [`Self::id`] with its namespace the Store's shared copy: a source that keeps
     /// every object's id (the file source, per document) then holds one string per
     /// namespace instead of one per object.
     pub fn id_in(&self, store: &mut Store) -> ObjectId {
-        let mut id = self.id();
-        if !id.key.namespace.is_empty() {
-            id.key.namespace = store.namespace_name(&id.key.namespace);
+        self.id_with(|namespace| store.namespace_name(namespace))
+    }
+
+    /// The id, its namespace's string made by `namespace` (cluster-scoped objects have
+    /// none).
+    fn id_with(&self, namespace: impl FnOnce(&str) -> Arc<str>) -> ObjectId {
+        let meta = self.meta();
+        let namespace = match self {
+            Object::GatewayClass(_) | Object::Namespace(_) => Arc::from(""),
+            _ => namespace(meta.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE)),
+        };
+        ObjectId {
+            kind: self.kind(),
+            key: ObjectKey::new(namespace, meta.name.as_deref().unwrap_or_default()),
         }
-        id
     }
 
     pub fn kind(&self) -> &'static str {
