@@ -24,6 +24,12 @@ pub struct GatewaySeries {
     pub duration: Histogram,
 }
 
+impl GatewaySeries {
+    pub fn name(&self) -> &Arc<str> {
+        &self.gateway
+    }
+}
+
 pub fn gateway(name: &Arc<str>) -> Arc<GatewaySeries> {
     super::GATEWAYS.get(Arc::clone(name), || GatewaySeries {
         gateway: Arc::clone(name),

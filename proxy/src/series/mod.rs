@@ -33,7 +33,7 @@ use crate::telemetry;
 pub use listeners::{GatewaySeries, ListenerSeries, Open, gateway, listener};
 pub use routes::{
     BackendCounters, CLASSES, L4Counters, MIRROR_RESULTS, RETRY_REASONS, RouteCounters,
-    RouteLatency, backend, l4_route, route, route_latency,
+    RouteLatency, backend, l4_route, live_route, route, route_latency,
 };
 
 /// Cells by key, held weakly: a key maps to the cell of whoever still holds one.
@@ -73,6 +73,12 @@ impl<K: Hash + Eq, T> Cells<K, T> {
         let cell = Arc::new(make());
         t.cells.insert(key, Arc::downgrade(&cell));
         cell
+    }
+
+    /// The cell of `key` if someone still holds it; makes none.
+    fn find(&self, key: &K) -> Option<Arc<T>> {
+        let t = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        t.cells.get(key).and_then(Weak::upgrade)
     }
 
     /// The cells someone still holds; forgets the others.

@@ -41,6 +41,11 @@ pub fn route(gateway: &Arc<str>, route: &Arc<str>) -> Arc<RouteCounters> {
     })
 }
 
+/// The route's cell if a Snapshot still serving (or a request still in one) has it.
+pub fn live_route(gateway: &Arc<str>, route: &Arc<str>) -> Option<Arc<RouteCounters>> {
+    super::ROUTES.find(&(Arc::clone(gateway), Arc::clone(route)))
+}
+
 /// The counters of one TCPRoute, TLSRoute or UDPRoute on one Gateway, rendered from
 /// the Snapshot that has the route on (at 0 before any traffic, as a dashboard expects).
 #[derive(Debug)]

@@ -140,3 +140,32 @@ fn route_latency_is_opt_in_and_leaves_with_the_route() {
     drop(on);
     assert!(!rendered().contains("ns/series-on"), "{}", rendered());
 }
+
+/// A route's counter cell is made by its first answer, and a route built again while
+/// an older build still serves (a reload) counts into the same cell, whichever of the
+/// two answered first.
+#[test]
+fn a_route_cell_is_made_by_its_first_answer_and_shared_across_reloads() {
+    let _turn = serial();
+    let gw: Arc<str> = Arc::from("ns/series-gw-4");
+    let old = crate::telemetry::RouteStats::new(Arc::clone(&gw), "HTTPRoute", "ns/lazy");
+    assert!(live_route(&gw, &Arc::from("ns/lazy")).is_none());
+    assert!(!rendered().contains("ns/lazy"), "{}", rendered());
+    // Built again before either answered: each finds the other's cell when it counts.
+    let new = crate::telemetry::RouteStats::new(Arc::clone(&gw), "HTTPRoute", "ns/lazy");
+    old.record(200, std::time::Duration::from_millis(1));
+    new.record(201, std::time::Duration::from_millis(1));
+    let line = "aether_requests_total{gateway=\"ns/series-gw-4\",route=\"ns/lazy\",code=\"2xx\"} 2";
+    assert!(rendered().contains(line), "{}", rendered());
+    // Built while the old one holds a cell: takes it at once, so dropping the old one
+    // (the reload done) resets nothing.
+    let newer = crate::telemetry::RouteStats::new(Arc::clone(&gw), "HTTPRoute", "ns/lazy");
+    drop((old, new));
+    assert!(rendered().contains(line), "{}", rendered());
+    newer.record(500, std::time::Duration::from_millis(1));
+    let text = rendered();
+    assert!(text.contains(line), "{text}");
+    assert!(text.contains("route=\"ns/lazy\",code=\"5xx\"} 1"), "{text}");
+    drop(newer);
+    assert!(!rendered().contains("ns/lazy"), "{}", rendered());
+}
