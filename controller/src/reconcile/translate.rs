@@ -15,7 +15,7 @@ use aether_proxy::{Listener, Snapshot};
 use foldhash::HashMap;
 
 use super::gateway::GatewayModel;
-use super::route::RouteModel;
+use super::route::{Placement, RouteModel};
 use super::route_memo::{CachedRoute, RouteId, RouteMemo};
 use crate::store::ObjectKey;
 
@@ -31,9 +31,10 @@ use crate::store::ObjectKey;
 #[derive(Default)]
 pub struct TranslateMemo {
     sockets: BTreeMap<SocketAddr, Socket>,
-    /// Per route, the (socket, hostname) pairs it contributed to; the names are the
-    /// hosts' own (shared, not a copy per route).
-    placed: HashMap<RouteId, Vec<(SocketAddr, Arc<str>)>>,
+    /// Per Gateway, per listener index, the socket it served on in the last run: a
+    /// patch finds a changed route's old contributions from its old placements, which
+    /// name listeners, so the sockets must be where they were.
+    placed_on: BTreeMap<ObjectKey, Vec<Option<SocketAddr>>>,
     /// The internal ports the sockets were planned with (Kubernetes mode).
     internal_ports: Option<BTreeMap<ObjectKey, BTreeMap<u16, u16>>>,
 }
@@ -47,9 +48,6 @@ struct Socket {
 
 #[derive(Default)]
 struct Host {
-    /// Its name: the map's key, kept here too so that a route placed here can share
-    /// it without a second lookup.
-    name: Arc<str>,
     /// In the order a full build visits them: Gateway, listener, route.
     contributions: Vec<Contribution>,
     vhost: Arc<VirtualHost>,
@@ -142,22 +140,27 @@ impl TranslateMemo {
         internal_ports: Option<&BTreeMap<ObjectKey, BTreeMap<u16, u16>>>,
     ) -> Snapshot {
         let (plans, listeners) = plan_sockets(gateways, internal_ports);
-        // Patching costs a lookup per changed route where a rebuild walks every route
-        // once: past a quarter of them, rebuild.
-        let changed = routes
-            .changed()
-            .filter(|c| c.len() <= routes.len() / 4 + 8)
-            .map(<[RouteId]>::to_vec)
-            .filter(|_| {
-                self.internal_ports.as_ref() == internal_ports
-                    && self.sockets.keys().eq(plans.keys())
-            });
+        let placed_on: BTreeMap<_, Vec<_>> = listeners
+            .iter()
+            .map(|(gw, ls)| {
+                let addrs = ls.iter().map(|l| l.as_ref().map(|(addr, ..)| *addr));
+                ((*gw).clone(), addrs.collect())
+            })
+            .collect();
+        let retired = routes.take_retired();
+        let changed = routes.changed().map(<[RouteId]>::to_vec).filter(|_| {
+            self.internal_ports.as_ref() == internal_ports
+                && self.sockets.keys().eq(plans.keys())
+                && self.placed_on == placed_on
+        });
         let mut dirty = Dirty::new();
         let mut previous = BTreeMap::new();
         match changed {
             Some(changed) => {
+                for (id, places) in &retired {
+                    self.withdraw(id, places, &listeners, &mut dirty);
+                }
                 for id in &changed {
-                    self.withdraw(id, &mut dirty);
                     if let Some(c) = routes.route_mut(id) {
                         self.contribute(id, c, &listeners, &mut dirty);
                     }
@@ -165,9 +168,7 @@ impl TranslateMemo {
             }
             None => {
                 previous = std::mem::take(&mut self.sockets);
-                self.placed.clear();
-                // Grown once rather than doubling through every size (rehashing each).
-                self.placed.reserve(routes.len());
+                self.placed_on = placed_on;
                 self.internal_ports = internal_ports.cloned();
                 dirty.extend(plans.keys().map(|addr| (*addr, None)));
                 for (id, c) in routes.all_mut() {
@@ -192,20 +193,33 @@ impl TranslateMemo {
         snapshot
     }
 
-    /// Takes route `id`'s contributions out, marking their hostnames dirty.
-    fn withdraw(&mut self, id: &RouteId, dirty: &mut Dirty) {
-        let Some(places) = self.placed.remove(id) else {
-            return;
-        };
-        for (addr, host) in places {
-            if let Some(h) = self
-                .sockets
-                .get_mut(&addr)
-                .and_then(|s| s.hosts.get_mut(&*host))
-            {
-                h.contributions.retain(|c| !c.is(id));
+    /// Takes route `id`'s contributions out of where `places` (its placements when it
+    /// contributed) put them, marking their hostnames dirty.
+    fn withdraw(
+        &mut self,
+        id: &RouteId,
+        places: &[Placement],
+        listeners: &ListenerSockets<'_>,
+        dirty: &mut Dirty,
+    ) {
+        for p in places {
+            let Some((addr, ..)) = listeners
+                .get(&p.gateway)
+                .and_then(|ls| ls.get(p.listener))
+                .and_then(Option::as_ref)
+            else {
+                continue;
+            };
+            let Some(socket) = self.sockets.get_mut(addr) else {
+                continue;
+            };
+            for host in p.hostnames.iter() {
+                let host = host.as_deref().unwrap_or("");
+                if let Some(h) = socket.hosts.get_mut(host) {
+                    h.contributions.retain(|c| !c.is(id));
+                }
+                mark(dirty, *addr, host);
             }
-            mark(dirty, addr, &host);
         }
     }
 
@@ -222,9 +236,6 @@ impl TranslateMemo {
         let Some(attached) = attached else {
             return;
         };
-        // Sized exactly (kept as long as the route): usually one pair.
-        let hosts = attached.placements.iter().map(|p| p.hostnames.len()).sum();
-        let mut placed = Vec::with_capacity(hosts);
         for p in &attached.placements {
             let Some((addr, gateway, client)) = listeners
                 .get(&p.gateway)
@@ -239,13 +250,7 @@ impl TranslateMemo {
                 let host = host.as_deref().unwrap_or("");
                 let h = match socket.hosts.get_mut(host) {
                     Some(h) => h,
-                    None => {
-                        let name: Arc<str> = host.into();
-                        socket.hosts.entry(Arc::clone(&name)).or_insert(Host {
-                            name,
-                            ..Host::default()
-                        })
-                    }
+                    None => socket.hosts.entry(host.into()).or_default(),
                 };
                 let contribution = Contribution {
                     gateway: p.gateway.clone(),
@@ -263,14 +268,8 @@ impl TranslateMemo {
                     }
                     _ => h.contributions.push(contribution),
                 }
-                placed.push((*addr, Arc::clone(&h.name)));
                 mark(dirty, *addr, host);
             }
-        }
-        // The route's places were withdrawn (or all cleared) before it contributes.
-        if !placed.is_empty() {
-            let before = self.placed.insert(id.clone(), placed);
-            debug_assert!(before.is_none(), "a route contributed twice");
         }
     }
 }
