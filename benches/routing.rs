@@ -140,13 +140,14 @@ fn reconcile_10k(c: &mut Criterion) {
             (reconciler, outcome)
         })
     });
-    // A change that compiles every route again in a running edge (a ConfigMap, as
-    // BackendTLSPolicies read them; grants, policies and Pods alike): the old routes
-    // are replaced, and what that costs before the new Snapshot is out counts.
+    // A change that compiles every route again in a running edge (a ReferenceGrant:
+    // routes and listeners read them; Pods, BackendTLSPolicies and the ConfigMaps
+    // those name alike): the old routes are replaced, and what that costs before the
+    // new Snapshot is out counts.
     let mut store = store;
     let mut reconciler = Reconciler::standalone(settings.clone());
     drop(reconciler.reconcile(&store));
-    let versions = [config_map("a"), config_map("b")];
+    let versions = [grant("a"), grant("b")];
     let mut flip = 0;
     group.bench_function("10000_routes_recompile", |b| {
         b.iter_with_large_drop(|| {
@@ -155,7 +156,28 @@ fn reconcile_10k(c: &mut Criterion) {
             reconciler.reconcile(&store)
         })
     });
+    // A ConfigMap nothing names (Kubernetes mode watches every one in the cluster):
+    // no route is compiled again.
+    let versions = [config_map("a"), config_map("b")];
+    group.bench_function("10000_routes_unnamed_config_map", |b| {
+        b.iter_with_large_drop(|| {
+            flip ^= 1;
+            store.apply(versions[flip].clone());
+            reconciler.reconcile(&store)
+        })
+    });
     group.finish();
+}
+
+/// A ReferenceGrant whose `from` namespace a change flips.
+fn grant(namespace: &str) -> Object {
+    let text = format!(
+        "apiVersion: gateway.networking.k8s.io/v1beta1\nkind: ReferenceGrant\nmetadata: {{name: g, namespace: default}}\n\
+         spec: {{from: [{{group: gateway.networking.k8s.io, kind: HTTPRoute, namespace: {namespace}}}], to: [{{group: \"\", kind: Service}}]}}\n"
+    );
+    let mut parsed = manifest::parse(Path::new("grant.yaml"), &text);
+    assert!(parsed.errors.is_empty(), "{:?}", parsed.errors.first());
+    parsed.objects.remove(0)
 }
 
 /// A ConfigMap whose content a change flips.

@@ -479,12 +479,16 @@ impl Store {
             }
             Object::ConfigMap(mut o) => {
                 let key = defaulted(&mut o.metadata);
-                // Only CA bundles are ever read; the cluster's other ConfigMap data is
-                // not kept.
+                // Only CA bundles are ever read (the key names the object), and the
+                // cluster's every ConfigMap is watched: an update that leaves the
+                // bundle as it was (a new resourceVersion, a label, another key) must
+                // be no change at all, and the rest costs memory for nothing.
                 if let Some(data) = o.data.as_mut() {
                     data.retain(|k, _| k == CA_BUNDLE_KEY);
                 }
                 o.binary_data = None;
+                o.immutable = None;
+                o.metadata = ObjectMeta::default();
                 put(&mut self.config_maps, key, Arc::new(*o))
             }
             Object::Service(mut o) => {

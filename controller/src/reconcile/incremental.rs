@@ -5,12 +5,17 @@
 //! since, telling changed objects from unchanged ones by diffs of the Store's
 //! persistent maps and its `Arc`s:
 //! - a route is compiled again only when it, or a Service or EndpointSlice its
-//!   backendRefs resolved, changed (Pods, ReferenceGrants, BackendTLSPolicies and
-//!   ConfigMaps, which are rare and read from everywhere, make every route stale; see
-//!   `route_memo`);
+//!   backendRefs resolved, changed (Pods, ReferenceGrants, BackendTLSPolicies and the
+//!   ConfigMaps those policies name, which are rare and read from everywhere, make
+//!   every route stale; see `route_memo`);
 //! - a route's attachment (its status parents and the listeners it serves on) is
 //!   reused while its model and the Gateway side (classes, Gateways, ListenerSets,
-//!   Secrets, ConfigMaps, Namespaces, ReferenceGrants) stand;
+//!   Secrets, the ConfigMaps the Gateways' frontend validation names, Namespaces,
+//!   ReferenceGrants) stand.
+//!
+//! A ConfigMap nothing names changes nothing: Kubernetes mode watches every ConfigMap
+//! of the cluster (a CA bundle can't be told apart by a selector), and any of them
+//! once made every route compile again.
 //! - the Snapshot is the last one with the changed routes' virtual hosts rebuilt and
 //!   patched in (see `translate::TranslateMemo`).
 //!
@@ -100,16 +105,21 @@ struct BackendSide {
     pods: Map<ObjectKey, Arc<Pod>>,
     grants: Map<ObjectKey, Arc<ReferenceGrant>>,
     policies: Map<ObjectKey, Arc<BackendTlsPolicy>>,
-    config_maps: Map<ObjectKey, Arc<ConfigMap>>,
+    /// The ConfigMaps the policies name (the set stands while the policies do).
+    config_maps: NamedConfigMaps,
 }
 
 impl BackendSide {
     fn of(store: &Store) -> Self {
+        let named = store.backend_tls_policies.iter().flat_map(|(key, p)| {
+            let refs = p.spec.validation.ca_certificate_refs.iter().flatten();
+            refs.map(|r| ObjectKey::new(Arc::clone(&key.namespace), r.name.as_str()))
+        });
         Self {
             pods: store.pods.clone(),
             grants: store.reference_grants.clone(),
             policies: store.backend_tls_policies.clone(),
-            config_maps: store.config_maps.clone(),
+            config_maps: NamedConfigMaps::of(store, named),
         }
     }
 
@@ -117,7 +127,34 @@ impl BackendSide {
         same(&self.pods, &store.pods)
             && same(&self.grants, &store.reference_grants)
             && same(&self.policies, &store.backend_tls_policies)
-            && same(&self.config_maps, &store.config_maps)
+            && self.config_maps.same(store)
+    }
+}
+
+/// Some ConfigMaps by key, as the Store had them (`None`: absent). Only the keys a
+/// side's objects name: other ConfigMaps are never read by it. Named by kind-blind
+/// references (a reference of another kind adds a key that never matters).
+#[derive(Clone)]
+struct NamedConfigMaps(Box<[(ObjectKey, Option<Arc<ConfigMap>>)]>);
+
+impl NamedConfigMaps {
+    fn of(store: &Store, named: impl Iterator<Item = ObjectKey>) -> Self {
+        let keys: BTreeSet<ObjectKey> = named.collect();
+        let with = |key: ObjectKey| {
+            let cm = store.config_maps.get(&key).cloned();
+            (key, cm)
+        };
+        Self(keys.into_iter().map(with).collect())
+    }
+
+    fn same(&self, store: &Store) -> bool {
+        self.0
+            .iter()
+            .all(|(key, seen)| match (seen, store.config_maps.get(key)) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            })
     }
 }
 
@@ -129,7 +166,8 @@ struct GatewaySide {
     sets: Map<ObjectKey, Arc<ListenerSet>>,
     secrets: Map<ObjectKey, Arc<Secret>>,
     oversized_secrets: Map<ObjectKey, String>,
-    config_maps: Map<ObjectKey, Arc<ConfigMap>>,
+    /// The ConfigMaps the Gateways' frontend validation names.
+    config_maps: NamedConfigMaps,
     namespaces: Map<String, Arc<Namespace>>,
     grants: Map<ObjectKey, Arc<ReferenceGrant>>,
 }
@@ -143,7 +181,7 @@ impl GatewaySide {
             sets: store.listener_sets.clone(),
             secrets: store.secrets.clone(),
             oversized_secrets: store.oversized_secrets.clone(),
-            config_maps: store.config_maps.clone(),
+            config_maps: NamedConfigMaps::of(store, frontend_ca_refs(store)),
             namespaces: store.namespaces.clone(),
             grants: store.reference_grants.clone(),
         }
@@ -156,10 +194,42 @@ impl GatewaySide {
             && same(&self.sets, &store.listener_sets)
             && same(&self.secrets, &store.secrets)
             && equal(&self.oversized_secrets, &store.oversized_secrets)
-            && same(&self.config_maps, &store.config_maps)
+            && self.config_maps.same(store)
             && same(&self.namespaces, &store.namespaces)
             && same(&self.grants, &store.reference_grants)
     }
+}
+
+/// The ConfigMaps every Gateway's frontend validation (default and per port) names.
+fn frontend_ca_refs(store: &Store) -> impl Iterator<Item = ObjectKey> + '_ {
+    store.gateways.iter().flat_map(|(key, gw)| {
+        let frontend = gw.spec.tls.as_ref().and_then(|t| t.frontend.as_ref());
+        let default = frontend
+            .and_then(|f| f.default.validation.as_ref())
+            .map(|v| {
+                v.ca_certificate_refs
+                    .iter()
+                    .map(|r| (&r.namespace, &r.name))
+            });
+        let per_port = frontend
+            .and_then(|f| f.per_port.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.tls.validation.as_ref())
+            .flat_map(|v| {
+                v.ca_certificate_refs
+                    .iter()
+                    .map(|r| (&r.namespace, &r.name))
+            });
+        default
+            .into_iter()
+            .flatten()
+            .chain(per_port)
+            .map(|(ns, name)| {
+                let ns = ns.as_deref().unwrap_or(&key.namespace);
+                ObjectKey::new(ns, name.as_str())
+            })
+    })
 }
 
 /// Do two maps hold the same objects (by identity) under the same keys? A map nothing

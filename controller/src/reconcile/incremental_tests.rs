@@ -62,6 +62,8 @@ fn world() -> Vec<Slot> {
     let (crt, key) = pem_pair(false);
     let (ca, _) = pem_pair(true);
     let ca = ca.replace('\n', "\\n");
+    let (other_ca, _) = pem_pair(true);
+    let other_ca = other_ca.replace('\n', "\\n");
     let slot = |variants: Vec<String>| Slot {
         variants: variants.iter().map(|t| parse(t)).collect(),
     };
@@ -75,7 +77,7 @@ fn world() -> Vec<Slot> {
             "apiVersion: v1\nkind: Namespace\nmetadata: {name: apps, labels: {team: b}}\n".into(),
         ]),
         slot(vec![
-            format!("{GW}metadata: {{name: gw1, namespace: edge}}\nspec:\n  gatewayClassName: aether\n  allowedListeners: {{namespaces: {{from: Same}}}}\n  listeners:\n  - {{name: http, port: 8080, protocol: HTTP, allowedRoutes: {{namespaces: {{from: All}}}}}}\n  - {{name: https, port: 8443, protocol: HTTPS, hostname: \"*.example.com\", tls: {{certificateRefs: [{{name: cert}}]}}, allowedRoutes: {{namespaces: {{from: All}}}}}}\n  - {{name: tcp, port: 9000, protocol: TCP, allowedRoutes: {{namespaces: {{from: All}}}}}}\n"),
+            format!("{GW}metadata: {{name: gw1, namespace: edge}}\nspec:\n  gatewayClassName: aether\n  tls: {{frontend: {{default: {{validation: {{caCertificateRefs: [{{group: \"\", kind: ConfigMap, name: client-ca}}]}}}}}}}}\n  allowedListeners: {{namespaces: {{from: Same}}}}\n  listeners:\n  - {{name: http, port: 8080, protocol: HTTP, allowedRoutes: {{namespaces: {{from: All}}}}}}\n  - {{name: https, port: 8443, protocol: HTTPS, hostname: \"*.example.com\", tls: {{certificateRefs: [{{name: cert}}]}}, allowedRoutes: {{namespaces: {{from: All}}}}}}\n  - {{name: tcp, port: 9000, protocol: TCP, allowedRoutes: {{namespaces: {{from: All}}}}}}\n"),
             format!("{GW}metadata: {{name: gw1, namespace: edge, generation: 2}}\nspec:\n  gatewayClassName: aether\n  listeners:\n  - {{name: http, port: 8080, protocol: HTTP, hostname: \"*.example.com\", allowedRoutes: {{namespaces: {{from: Selector, selector: {{matchLabels: {{team: a}}}}}}}}}}\n  - {{name: other, port: 8081, protocol: HTTP, allowedRoutes: {{namespaces: {{from: All}}}}}}\n"),
         ]),
         slot(vec![
@@ -91,6 +93,19 @@ fn world() -> Vec<Slot> {
         ]),
         slot(vec![
             format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: ca, namespace: apps}}\ndata: {{ca.crt: \"{ca}\"}}\n"),
+            // Unusable: the policy's backends then refuse to connect (which the
+            // Snapshot shows; which roots a usable one trusts, it does not).
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ca, namespace: apps}\ndata: {ca.crt: not a certificate}\n".into(),
+        ]),
+        // Gateway gw1's frontend validation names it.
+        slot(vec![
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: client-ca, namespace: edge}}\ndata: {{ca.crt: \"{ca}\"}}\n"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: client-ca, namespace: edge}\ndata: {ca.crt: not a certificate}\n".into(),
+        ]),
+        // Named by nothing: its changes must change nothing.
+        slot(vec![
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: unrelated, namespace: apps}}\ndata: {{ca.crt: \"{ca}\"}}\n"),
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: unrelated, namespace: apps, labels: {{v: \"2\"}}}}\ndata: {{ca.crt: \"{other_ca}\", other: x}}\n"),
         ]),
         slot(vec![
             "apiVersion: gateway.networking.k8s.io/v1\nkind: BackendTLSPolicy\nmetadata: {name: tls-b, namespace: apps}\nspec:\n  targetRefs: [{group: \"\", kind: Service, name: svc-b}]\n  validation: {hostname: b.example.com, caCertificateRefs: [{group: \"\", kind: ConfigMap, name: ca}]}\n".into(),
@@ -247,4 +262,43 @@ fn incremental_equals_full_after_every_random_change() {
             }
         }
     }
+}
+
+/// A ConfigMap nothing names costs no route work, and one a BackendTLSPolicy names
+/// makes every route compile again; an update that leaves the CA bundle as it was is
+/// no change to the Store at all (Kubernetes mode watches every ConfigMap).
+#[test]
+fn only_named_config_maps_make_routes_stale() {
+    let world = world();
+    let mut store = Store::default();
+    for slot in &world {
+        store.apply(slot.variants[0].clone());
+    }
+    let mut reconciler = Reconciler::new(settings(), addressings().remove(0));
+    let first = reconciler.reconcile(&store);
+    assert!(first.redone.compiled > 5, "{:?}", first.redone);
+    let cm = |name: &str, extra: &str| {
+        parse(&format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: apps{extra}}}\ndata: {{ca.crt: changed}}\n"
+        ))
+    };
+
+    assert!(store.apply(cm("unrelated", "")));
+    let outcome = reconciler.reconcile(&store);
+    assert_eq!(
+        (outcome.redone.compiled, outcome.redone.attached),
+        (0, 0),
+        "a ConfigMap nothing names"
+    );
+    assert!(
+        !store.apply(cm("unrelated", ", resourceVersion: \"7\", labels: {a: b}")),
+        "only the metadata changed"
+    );
+
+    assert!(store.apply(cm("ca", "")));
+    let outcome = reconciler.reconcile(&store);
+    assert_eq!(
+        outcome.redone.compiled, first.redone.compiled,
+        "the policy's ConfigMap"
+    );
 }
