@@ -16,8 +16,9 @@ pub const MAX_TLS_FIELD_BYTES: usize = 256 * 1024;
 /// The fields a certificateRef reads.
 pub const TLS_FIELDS: [&str; 2] = ["tls.crt", "tls.key"];
 
-/// Trims `secret` to what is read: name, namespace, uid, resourceVersion, type and the
-/// TLS fields (no annotations: `kubectl apply` copies the whole Secret into one). When a
+/// Trims `secret` to what is read: name, namespace, type and the TLS fields (no
+/// annotations: `kubectl apply` copies the whole Secret into one; no resourceVersion:
+/// an update that leaves the fields as they were must be no change to the Store). When a
 /// TLS field is over the cap, nothing of its data is kept and the reason is returned.
 pub fn trim(secret: Secret) -> (Secret, Option<String>) {
     let meta = secret.metadata;
@@ -47,8 +48,6 @@ pub fn trim(secret: Secret) -> (Secret, Option<String>) {
         metadata: ObjectMeta {
             name: meta.name,
             namespace: meta.namespace,
-            uid: meta.uid,
-            resource_version: meta.resource_version,
             ..ObjectMeta::default()
         },
         type_: secret.type_,

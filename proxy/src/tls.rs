@@ -13,6 +13,7 @@
 //! a longer build on these 2-core machines), is what rcgen and the test tooling use,
 //! and covers every cipher suite the edge offers.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock, OnceLock};
 
@@ -99,14 +100,42 @@ impl TlsCerts {
 }
 
 impl Serialize for TlsCerts {
-    /// Names only: keys and certificates never leave the process.
+    /// The names, and the SHA-256 fingerprint of each one's leaf certificate (`*`: the
+    /// default's), which tells an operator which certificate is served: no key or
+    /// certificate leaves the process.
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let names: Vec<String> = self.certs.named().into_iter().map(|(n, _)| n).collect();
-        let mut m = s.serialize_map(Some(2))?;
+        let named = self.certs.named();
+        let names: Vec<&str> = named.iter().map(|(n, _)| n.as_str()).collect();
+        let default = self.certs.any().map(|k| ("*", k));
+        let fingerprints: BTreeMap<&str, String> = named
+            .iter()
+            .map(|(n, k)| (n.as_str(), *k))
+            .chain(default)
+            .map(|(n, k)| (n, leaf_sha256(k)))
+            .collect();
+        let mut m = s.serialize_map(Some(3))?;
         m.serialize_entry("serverNames", &names)?;
-        m.serialize_entry("default", &self.certs.any().is_some())?;
+        m.serialize_entry("default", &default.is_some())?;
+        m.serialize_entry("sha256", &fingerprints)?;
         m.end()
     }
+}
+
+/// The leaf certificate's SHA-256 fingerprint in lower-case hex (as `openssl x509
+/// -fingerprint -sha256` prints it, without the colons).
+fn leaf_sha256(key: &CertifiedKey) -> String {
+    use std::fmt::Write;
+    let Some(leaf) = key.cert.first() else {
+        return String::new();
+    };
+    let digest = ring::digest::digest(&ring::digest::SHA256, leaf.as_ref());
+    digest
+        .as_ref()
+        .iter()
+        .fold(String::with_capacity(64), |mut hex, b| {
+            let _ = write!(hex, "{b:02x}");
+            hex
+        })
 }
 
 /// The certificates of one Snapshot's listener.

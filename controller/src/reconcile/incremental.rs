@@ -106,7 +106,7 @@ struct BackendSide {
     grants: Map<ObjectKey, Arc<ReferenceGrant>>,
     policies: Map<ObjectKey, Arc<BackendTlsPolicy>>,
     /// The ConfigMaps the policies name (the set stands while the policies do).
-    config_maps: NamedConfigMaps,
+    config_maps: Named<ConfigMap>,
 }
 
 impl BackendSide {
@@ -119,7 +119,7 @@ impl BackendSide {
             pods: store.pods.clone(),
             grants: store.reference_grants.clone(),
             policies: store.backend_tls_policies.clone(),
-            config_maps: NamedConfigMaps::of(store, named),
+            config_maps: Named::of(&store.config_maps, named),
         }
     }
 
@@ -127,34 +127,38 @@ impl BackendSide {
         same(&self.pods, &store.pods)
             && same(&self.grants, &store.reference_grants)
             && same(&self.policies, &store.backend_tls_policies)
-            && self.config_maps.same(store)
+            && self.config_maps.same(&store.config_maps)
     }
 }
 
-/// Some ConfigMaps by key, as the Store had them (`None`: absent). Only the keys a
-/// side's objects name: other ConfigMaps are never read by it. Named by kind-blind
-/// references (a reference of another kind adds a key that never matters).
-#[derive(Clone)]
-struct NamedConfigMaps(Box<[(ObjectKey, Option<Arc<ConfigMap>>)]>);
+/// Some objects by key, as the Store had them (`None`: absent): only the keys a side's
+/// objects name, as the cluster's others are never read by it (Kubernetes mode
+/// watches every ConfigMap and every TLS Secret). Named by kind-blind references: a
+/// reference of another kind adds a key that never matters.
+struct Named<V>(Box<[(ObjectKey, Option<Arc<V>>)]>);
 
-impl NamedConfigMaps {
-    fn of(store: &Store, named: impl Iterator<Item = ObjectKey>) -> Self {
+impl<V> Clone for Named<V> {
+    fn clone(&self) -> Self {
+        Self(self.0.clone())
+    }
+}
+
+impl<V> Named<V> {
+    fn of(map: &Map<ObjectKey, Arc<V>>, named: impl Iterator<Item = ObjectKey>) -> Self {
         let keys: BTreeSet<ObjectKey> = named.collect();
         let with = |key: ObjectKey| {
-            let cm = store.config_maps.get(&key).cloned();
-            (key, cm)
+            let object = map.get(&key).cloned();
+            (key, object)
         };
         Self(keys.into_iter().map(with).collect())
     }
 
-    fn same(&self, store: &Store) -> bool {
-        self.0
-            .iter()
-            .all(|(key, seen)| match (seen, store.config_maps.get(key)) {
-                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
-                (None, None) => true,
-                _ => false,
-            })
+    fn same(&self, map: &Map<ObjectKey, Arc<V>>) -> bool {
+        self.0.iter().all(|(key, seen)| match (seen, map.get(key)) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            (None, None) => true,
+            _ => false,
+        })
     }
 }
 
@@ -164,10 +168,12 @@ struct GatewaySide {
     gateways: Map<ObjectKey, Arc<Gateway>>,
     gateway_ext: Map<ObjectKey, crate::gateway_ext::GatewayExt>,
     sets: Map<ObjectKey, Arc<ListenerSet>>,
-    secrets: Map<ObjectKey, Arc<Secret>>,
+    /// The Secrets the Gateways' and ListenerSets' listeners and the Gateways'
+    /// backend client certificates name.
+    secrets: Named<Secret>,
     oversized_secrets: Map<ObjectKey, String>,
     /// The ConfigMaps the Gateways' frontend validation names.
-    config_maps: NamedConfigMaps,
+    config_maps: Named<ConfigMap>,
     namespaces: Map<String, Arc<Namespace>>,
     grants: Map<ObjectKey, Arc<ReferenceGrant>>,
 }
@@ -179,9 +185,9 @@ impl GatewaySide {
             gateways: store.gateways.clone(),
             gateway_ext: store.gateway_ext.clone(),
             sets: store.listener_sets.clone(),
-            secrets: store.secrets.clone(),
+            secrets: Named::of(&store.secrets, secret_refs(store)),
             oversized_secrets: store.oversized_secrets.clone(),
-            config_maps: NamedConfigMaps::of(store, frontend_ca_refs(store)),
+            config_maps: Named::of(&store.config_maps, frontend_ca_refs(store)),
             namespaces: store.namespaces.clone(),
             grants: store.reference_grants.clone(),
         }
@@ -192,12 +198,35 @@ impl GatewaySide {
             && same(&self.gateways, &store.gateways)
             && equal(&self.gateway_ext, &store.gateway_ext)
             && same(&self.sets, &store.listener_sets)
-            && same(&self.secrets, &store.secrets)
+            && self.secrets.same(&store.secrets)
             && equal(&self.oversized_secrets, &store.oversized_secrets)
-            && self.config_maps.same(store)
+            && self.config_maps.same(&store.config_maps)
             && same(&self.namespaces, &store.namespaces)
             && same(&self.grants, &store.reference_grants)
     }
+}
+
+/// The Secrets every Gateway's and ListenerSet's listeners (certificateRefs) and every
+/// Gateway's backend client certificate name.
+fn secret_refs(store: &Store) -> impl Iterator<Item = ObjectKey> + '_ {
+    let key = |owner: &ObjectKey, ns: &Option<String>, name: &str| {
+        let ns = ns.as_deref().unwrap_or(&owner.namespace);
+        ObjectKey::new(ns, name)
+    };
+    let gateways = store.gateways.iter().flat_map(move |(owner, gw)| {
+        let listeners = gw.spec.listeners.iter().filter_map(|l| l.tls.as_ref());
+        let refs = listeners.flat_map(|t| t.certificate_refs.iter().flatten());
+        let client = gw.spec.tls.as_ref().and_then(|t| t.backend.as_ref());
+        let client = client.and_then(|b| b.client_certificate_ref.as_ref());
+        refs.map(move |r| key(owner, &r.namespace, &r.name))
+            .chain(client.map(|r| key(owner, &r.namespace, &r.name)))
+    });
+    let sets = store.listener_sets.iter().flat_map(move |(owner, set)| {
+        let listeners = set.spec.listeners.iter().filter_map(|l| l.tls.as_ref());
+        let refs = listeners.flat_map(|t| t.certificate_refs.iter().flatten());
+        refs.map(move |r| key(owner, &r.namespace, &r.name))
+    });
+    gateways.chain(sets)
 }
 
 /// The ConfigMaps every Gateway's frontend validation (default and per port) names.

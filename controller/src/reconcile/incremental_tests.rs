@@ -60,6 +60,8 @@ const ROUTE: &str = "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n
 
 fn world() -> Vec<Slot> {
     let (crt, key) = pem_pair(false);
+    // Another certificate for the same names: only its fingerprint tells them apart.
+    let (crt2, key2) = pem_pair(false);
     let (ca, _) = pem_pair(true);
     let ca = ca.replace('\n', "\\n");
     let (other_ca, _) = pem_pair(true);
@@ -77,19 +79,35 @@ fn world() -> Vec<Slot> {
             "apiVersion: v1\nkind: Namespace\nmetadata: {name: apps, labels: {team: b}}\n".into(),
         ]),
         slot(vec![
-            format!("{GW}metadata: {{name: gw1, namespace: edge}}\nspec:\n  gatewayClassName: aether\n  tls: {{frontend: {{default: {{validation: {{caCertificateRefs: [{{group: \"\", kind: ConfigMap, name: client-ca}}]}}}}}}}}\n  allowedListeners: {{namespaces: {{from: Same}}}}\n  listeners:\n  - {{name: http, port: 8080, protocol: HTTP, allowedRoutes: {{namespaces: {{from: All}}}}}}\n  - {{name: https, port: 8443, protocol: HTTPS, hostname: \"*.example.com\", tls: {{certificateRefs: [{{name: cert}}]}}, allowedRoutes: {{namespaces: {{from: All}}}}}}\n  - {{name: tcp, port: 9000, protocol: TCP, allowedRoutes: {{namespaces: {{from: All}}}}}}\n"),
-            format!("{GW}metadata: {{name: gw1, namespace: edge, generation: 2}}\nspec:\n  gatewayClassName: aether\n  listeners:\n  - {{name: http, port: 8080, protocol: HTTP, hostname: \"*.example.com\", allowedRoutes: {{namespaces: {{from: Selector, selector: {{matchLabels: {{team: a}}}}}}}}}}\n  - {{name: other, port: 8081, protocol: HTTP, allowedRoutes: {{namespaces: {{from: All}}}}}}\n"),
+            format!("{GW}metadata: {{name: gw1, namespace: edge}}\nspec:\n  gatewayClassName: aether\n  tls: {{frontend: {{default: {{}}, perPort: [{{port: 8443, tls: {{validation: {{caCertificateRefs: [{{group: \"\", kind: ConfigMap, name: client-ca}}]}}}}}}]}}}}\n  allowedListeners: {{namespaces: {{from: Same}}}}\n  listeners:\n  - {{name: http, port: 8080, protocol: HTTP, allowedRoutes: {{namespaces: {{from: All}}}}}}\n  - {{name: https, port: 8443, protocol: HTTPS, hostname: \"*.example.com\", tls: {{certificateRefs: [{{name: cert}}]}}, allowedRoutes: {{namespaces: {{from: All}}}}}}\n  - {{name: tcp, port: 9000, protocol: TCP, allowedRoutes: {{namespaces: {{from: All}}}}}}\n"),
+            format!("{GW}metadata: {{name: gw1, namespace: edge, generation: 2}}\nspec:\n  gatewayClassName: aether\n  allowedListeners: {{namespaces: {{from: All}}}}\n  listeners:\n  - {{name: http, port: 8080, protocol: HTTP, hostname: \"*.example.com\", allowedRoutes: {{namespaces: {{from: Selector, selector: {{matchLabels: {{team: a}}}}}}}}}}\n  - {{name: other, port: 8081, protocol: HTTP, allowedRoutes: {{namespaces: {{from: All}}}}}}\n"),
         ]),
         slot(vec![
-            format!("{GW}metadata: {{name: gw2, namespace: apps}}\nspec:\n  gatewayClassName: aether\n  listeners:\n  - {{name: http, port: 8080, protocol: HTTP, hostname: foo.example.com}}\n"),
+            format!("{GW}metadata: {{name: gw2, namespace: apps}}\nspec:\n  gatewayClassName: aether\n  tls: {{backend: {{clientCertificateRef: {{name: client}}}}}}\n  listeners:\n  - {{name: http, port: 8080, protocol: HTTP, hostname: foo.example.com}}\n"),
             format!("{GW}metadata: {{name: gw2, namespace: apps, generation: 3}}\nspec:\n  gatewayClassName: aether\n  listeners:\n  - {{name: http, port: 8080, protocol: HTTP}}\n  - {{name: http2, port: 8080, protocol: HTTP, hostname: a.example.com}}\n"),
         ]),
         slot(vec![
             "apiVersion: gateway.networking.k8s.io/v1\nkind: ListenerSet\nmetadata: {name: ls1, namespace: edge}\nspec:\n  parentRef: {name: gw1}\n  listeners:\n  - {name: extra, port: 8090, protocol: HTTP, hostname: ls.example.com, allowedRoutes: {namespaces: {from: All}}}\n".into(),
+            "apiVersion: gateway.networking.k8s.io/v1\nkind: ListenerSet\nmetadata: {name: ls1, namespace: edge, generation: 2}\nspec:\n  parentRef: {name: gw1}\n  listeners:\n  - {name: extra, port: 8444, protocol: HTTPS, hostname: ls.example.com, tls: {certificateRefs: [{name: ls-cert}]}, allowedRoutes: {namespaces: {from: All}}}\n".into(),
         ]),
         slot(vec![
             format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: cert, namespace: edge}}\ntype: kubernetes.io/tls\ndata: {{tls.crt: {}, tls.key: {}}}\n", b64(&crt), b64(&key)),
             format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: cert, namespace: edge}}\ntype: kubernetes.io/tls\ndata: {{tls.crt: {}, tls.key: {}}}\n", b64("not a certificate"), b64(&key)),
+            format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: cert, namespace: edge}}\ntype: kubernetes.io/tls\ndata: {{tls.crt: {}, tls.key: {}}}\n", b64(&crt2), b64(&key2)),
+        ]),
+        // Named by ListenerSet ls1's HTTPS listener, gw2's backend client certificate
+        // and nothing, in turn.
+        slot(vec![
+            format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: ls-cert, namespace: edge}}\ntype: kubernetes.io/tls\ndata: {{tls.crt: {}, tls.key: {}}}\n", b64(&crt), b64(&key)),
+            format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: ls-cert, namespace: edge}}\ntype: kubernetes.io/tls\ndata: {{tls.crt: {}, tls.key: {}}}\n", b64(&crt2), b64(&key2)),
+        ]),
+        slot(vec![
+            format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: client, namespace: apps}}\ntype: kubernetes.io/tls\ndata: {{tls.crt: {}, tls.key: {}}}\n", b64(&crt), b64(&key)),
+            format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: client, namespace: apps}}\ntype: kubernetes.io/tls\ndata: {{tls.crt: {}, tls.key: {}}}\n", b64("not a certificate"), b64(&key)),
+        ]),
+        slot(vec![
+            format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: unrelated, namespace: edge}}\ntype: kubernetes.io/tls\ndata: {{tls.crt: {}, tls.key: {}}}\n", b64(&crt), b64(&key)),
+            format!("apiVersion: v1\nkind: Secret\nmetadata: {{name: unrelated, namespace: edge}}\ntype: kubernetes.io/tls\ndata: {{tls.crt: {}, tls.key: {}}}\n", b64("not a certificate"), b64(&key)),
         ]),
         slot(vec![
             format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: ca, namespace: apps}}\ndata: {{ca.crt: \"{ca}\"}}\n"),
@@ -264,11 +282,12 @@ fn incremental_equals_full_after_every_random_change() {
     }
 }
 
-/// A ConfigMap nothing names costs no route work, and one a BackendTLSPolicy names
-/// makes every route compile again; an update that leaves the CA bundle as it was is
-/// no change to the Store at all (Kubernetes mode watches every ConfigMap).
+/// A ConfigMap or TLS Secret nothing names costs no route work, and a ConfigMap a
+/// BackendTLSPolicy names makes every route compile again; an update that leaves what
+/// is read as it was is no change to the Store at all (Kubernetes mode watches every
+/// ConfigMap and TLS Secret in the cluster).
 #[test]
-fn only_named_config_maps_make_routes_stale() {
+fn only_named_config_maps_and_secrets_make_routes_stale() {
     let world = world();
     let mut store = Store::default();
     for slot in &world {
@@ -293,6 +312,23 @@ fn only_named_config_maps_make_routes_stale() {
     assert!(
         !store.apply(cm("unrelated", ", resourceVersion: \"7\", labels: {a: b}")),
         "only the metadata changed"
+    );
+
+    let secret = world
+        .iter()
+        .find(|s| {
+            s.variants[0]
+                .id()
+                .to_string()
+                .contains("Secret edge/unrelated")
+        })
+        .expect("the world has a Secret nothing names");
+    assert!(store.apply(secret.variants[1].clone()));
+    let outcome = reconciler.reconcile(&store);
+    assert_eq!(
+        (outcome.redone.compiled, outcome.redone.attached),
+        (0, 0),
+        "a Secret nothing names"
     );
 
     assert!(store.apply(cm("ca", "")));
