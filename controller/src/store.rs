@@ -500,8 +500,18 @@ impl Store {
                 put(&mut self.endpoint_slices, key, Arc::new(*o))
             }
             Object::Namespace(o) => {
+                // Only its labels are read (namespace selectors): an update of anything
+                // else (annotations, its phase, a resourceVersion) is no change.
                 let name = o.metadata.name.clone().unwrap_or_default();
-                put(&mut self.namespaces, name, Arc::new(*o))
+                let kept = Namespace {
+                    metadata: ObjectMeta {
+                        name: o.metadata.name,
+                        labels: o.metadata.labels,
+                        ..ObjectMeta::default()
+                    },
+                    ..Namespace::default()
+                };
+                put(&mut self.namespaces, name, Arc::new(kept))
             }
             Object::L4Route(mut o) => {
                 let key = defaulted(&mut o.metadata);

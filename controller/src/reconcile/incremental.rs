@@ -174,7 +174,10 @@ struct GatewaySide {
     oversized_secrets: Map<ObjectKey, String>,
     /// The ConfigMaps the Gateways' frontend validation names.
     config_maps: Named<ConfigMap>,
-    namespaces: Map<String, Arc<Namespace>>,
+    /// The Namespaces, only while some listener admits routes or ListenerSets by a
+    /// namespace selector: their labels are read for nothing else (a cluster's
+    /// namespaces come and go with its workloads).
+    namespaces: Option<Map<String, Arc<Namespace>>>,
     grants: Map<ObjectKey, Arc<ReferenceGrant>>,
 }
 
@@ -188,7 +191,7 @@ impl GatewaySide {
             secrets: Named::of(&store.secrets, secret_refs(store)),
             oversized_secrets: store.oversized_secrets.clone(),
             config_maps: Named::of(&store.config_maps, frontend_ca_refs(store)),
-            namespaces: store.namespaces.clone(),
+            namespaces: selects_namespaces(store).then(|| store.namespaces.clone()),
             grants: store.reference_grants.clone(),
         }
     }
@@ -201,9 +204,41 @@ impl GatewaySide {
             && self.secrets.same(&store.secrets)
             && equal(&self.oversized_secrets, &store.oversized_secrets)
             && self.config_maps.same(&store.config_maps)
-            && same(&self.namespaces, &store.namespaces)
+            && self
+                .namespaces
+                .as_ref()
+                .is_none_or(|n| same(n, &store.namespaces))
             && same(&self.grants, &store.reference_grants)
     }
+}
+
+/// Does any Gateway or ListenerSet choose namespaces by their labels (`from: Selector`
+/// in a listener's allowedRoutes or a Gateway's allowedListeners)? The answer stands
+/// while those objects do, and the side compares them.
+fn selects_namespaces(store: &Store) -> bool {
+    use gateway_api::gateways::{
+        GatewayAllowedListenersNamespacesFrom as GatewaySets,
+        GatewayListenersAllowedRoutesNamespacesFrom as GatewayRoutes,
+    };
+    use gateway_api::listenersets::ListenerSetListenersAllowedRoutesNamespacesFrom as SetRoutes;
+    let gateways = store.gateways.values().any(|gw| {
+        let sets = gw.spec.allowed_listeners.as_ref();
+        let sets = sets.and_then(|a| a.namespaces.as_ref()?.from.as_ref());
+        matches!(sets, Some(GatewaySets::Selector))
+            || gw.spec.listeners.iter().any(|l| {
+                let from = l.allowed_routes.as_ref();
+                let from = from.and_then(|a| a.namespaces.as_ref()?.from.as_ref());
+                matches!(from, Some(GatewayRoutes::Selector))
+            })
+    });
+    gateways
+        || store.listener_sets.values().any(|set| {
+            set.spec.listeners.iter().any(|l| {
+                let from = l.allowed_routes.as_ref();
+                let from = from.and_then(|a| a.namespaces.as_ref()?.from.as_ref());
+                matches!(from, Some(SetRoutes::Selector))
+            })
+        })
 }
 
 /// The Secrets every Gateway's and ListenerSet's listeners (certificateRefs) and every

@@ -282,12 +282,13 @@ fn incremental_equals_full_after_every_random_change() {
     }
 }
 
-/// A ConfigMap or TLS Secret nothing names costs no route work, and a ConfigMap a
-/// BackendTLSPolicy names makes every route compile again; an update that leaves what
-/// is read as it was is no change to the Store at all (Kubernetes mode watches every
-/// ConfigMap and TLS Secret in the cluster).
+/// A ConfigMap or TLS Secret nothing names, or a Namespace while no selector reads
+/// labels, costs no route work, and a ConfigMap a BackendTLSPolicy names makes every
+/// route compile again; an update that leaves what is read as it was is no change to
+/// the Store at all (Kubernetes mode watches every ConfigMap, TLS Secret and Namespace
+/// in the cluster).
 #[test]
-fn only_named_config_maps_and_secrets_make_routes_stale() {
+fn only_what_is_read_makes_routes_stale() {
     let world = world();
     let mut store = Store::default();
     for slot in &world {
@@ -329,6 +330,20 @@ fn only_named_config_maps_and_secrets_make_routes_stale() {
         (outcome.redone.compiled, outcome.redone.attached),
         (0, 0),
         "a Secret nothing names"
+    );
+
+    let relabelled = "apiVersion: v1\nkind: Namespace\nmetadata: {name: apps, labels: {team: b}}\n";
+    assert!(store.apply(parse(relabelled)));
+    let outcome = reconciler.reconcile(&store);
+    assert_eq!(
+        (outcome.redone.compiled, outcome.redone.attached),
+        (0, 0),
+        "a Namespace's labels while no listener selects by them"
+    );
+    let annotated = "apiVersion: v1\nkind: Namespace\nmetadata: {name: apps, labels: {team: b}, annotations: {a: b}, resourceVersion: \"9\"}\nstatus: {phase: Active}\n";
+    assert!(
+        !store.apply(parse(annotated)),
+        "only what is not read changed"
     );
 
     assert!(store.apply(cm("ca", "")));
