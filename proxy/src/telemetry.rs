@@ -57,6 +57,8 @@ pub const STATUS_WRITES_TOTAL: &str = "aether_status_writes_total";
 pub const SERVICE_WRITES_TOTAL: &str = "aether_service_writes_total";
 pub const WRITER_LEASE_HELD: &str = "aether_writer_lease_held";
 pub const ENDPOINT_EVENTS_IGNORED_TOTAL: &str = "aether_endpoint_events_ignored_total";
+/// Watch events that left the Store as it was (see `aether_controller::kube::watch`).
+pub const WATCH_EVENTS_UNCHANGED_TOTAL: &str = "aether_watch_events_unchanged_total";
 pub const BUILD_INFO: &str = "aether_build_info";
 /// Access-log lines lost because the writer fell behind (see `crate::access_log`).
 pub const ACCESS_LOG_DROPPED_TOTAL: &str = "aether_access_log_dropped_total";
@@ -335,6 +337,12 @@ pub const DESCRIPTIONS: &[Description] = &[
         C,
         COUNT,
         "EndpointSlice events ignored (no matching Service).",
+    ),
+    d(
+        WATCH_EVENTS_UNCHANGED_TOTAL,
+        C,
+        COUNT,
+        "Kubernetes watch events that changed nothing the edge keeps (a new resourceVersion, a label, data it never reads); not reconciled.",
     ),
     d(
         ACCESS_LOG_DROPPED_TOTAL,

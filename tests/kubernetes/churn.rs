@@ -1,12 +1,13 @@
 //! Endpoint churn for Services no route names does not reconcile: the edge stores the
 //! slices and counts them as ignored, its configuration generation stays put; a slice
-//! of a Service a route names is reconciled and served at once.
+//! of a Service a route names is reconciled and served at once. ConfigMaps, Secrets
+//! and Namespaces nothing reads cost no route work either.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use gateway_api::httproutes::HttpRoute;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::{Api, Client};
 use serde_json::json;
@@ -125,5 +126,119 @@ async fn churn_of_unrelated_endpoints_does_not_reconcile() -> Result<(), BoxErro
     })
     .await?;
     assert!(metric(admin, "aether_config_reloads_total").await.ok() > Some(reloads));
+    cluster.pass()
+}
+
+/// ConfigMaps, TLS Secrets and Namespace labels that nothing in the configuration
+/// reads cost no route work, and updates that leave what the edge keeps as it was
+/// (other data, labels, annotations, a new resourceVersion) do not reconcile at all.
+/// Kubernetes mode watches every one of these in the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_nothing_reads_cost_no_route_work() -> Result<(), BoxError> {
+    const NS: &str = "quiet";
+    let Some(cluster) = Cluster::start().await? else {
+        return Ok(());
+    };
+    let client = cluster.client().await?;
+    class_and_namespaces(&client, &[NS]).await;
+    edge_pods(&client, &[("edge-0", "10.1.0.10", true)]).await;
+    apply(
+        &Api::<Service>::namespaced(client.clone(), NS),
+        "echo",
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "echo", "namespace": NS},
+               "spec": {"ports": [{"name": "http", "port": 8080}]}}),
+    )
+    .await;
+    crate::http_gateway(&client, NS).await;
+    const ROUTES: usize = 10;
+    for i in 0..ROUTES {
+        let route = m::HttpRoute::test(&format!("r{i}"))
+            .namespace(NS)
+            .parent("gw")
+            .hostname(&format!("r{i}.example.com"))
+            .backend("echo", 8080);
+        put::<HttpRoute>(&client, &route).await;
+    }
+    let port = free_port();
+    let admin = SocketAddr::from(([127, 0, 0, 1], port));
+    let listen = Net::allocate().ip_str(1);
+    let _edge = Edge::new(&cluster, &listen, NS).admin(port).start();
+    let routes = Api::<HttpRoute>::namespaced(client.clone(), NS);
+    eventually_some("every route's status", Wait::API, || async {
+        let list = routes.list(&Default::default()).await.ok()?;
+        let done = list
+            .items
+            .iter()
+            .filter(|r| r.status.as_ref().is_some_and(|s| !s.parents.is_empty()));
+        (done.count() == ROUTES).then_some(())
+    })
+    .await?;
+    let counter = |name: &'static str| async move { metric(admin, name).await.ok().unwrap_or(0.0) };
+    let reloads = quiet_reloads(admin).await;
+    let compiled = counter("aether_reconcile_routes_compiled_total").await;
+    let attached = counter("aether_reconcile_routes_attached_total").await;
+
+    // New objects nothing names: the Store changes, so they reconcile, but no route is
+    // compiled or attached again.
+    let config_maps = Api::<ConfigMap>::namespaced(client.clone(), NS);
+    let secrets = Api::<Secret>::namespaced(client.clone(), NS);
+    let namespaces = Api::<Namespace>::all(client.clone());
+    let config_map = |other: usize| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "bundle", "namespace": NS},
+               "data": {"ca.crt": "not read by anything", "other": other.to_string()}})
+    };
+    let secret = |label: usize| {
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+               "metadata": {"name": "unnamed", "namespace": NS,
+                            "labels": {"v": label.to_string()}},
+               "data": {"tls.crt": "bm90IHJlYWQ=", "tls.key": "bm90IHJlYWQ="}})
+    };
+    let namespace = |annotation: usize| {
+        json!({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": NS, "labels": {"team": "quiet"},
+                            "annotations": {"v": annotation.to_string()}}})
+    };
+    apply(&config_maps, "bundle", config_map(0)).await;
+    apply(&secrets, "unnamed", secret(0)).await;
+    apply(&namespaces, NS, namespace(0)).await;
+    eventually_some("the new objects reconciled", Wait::API, || async {
+        (metric(admin, "aether_config_reloads_total").await.ok()? > reloads).then_some(())
+    })
+    .await?;
+    let reloads = quiet_reloads(admin).await;
+    assert_eq!(
+        counter("aether_reconcile_routes_compiled_total").await,
+        compiled,
+        "routes compiled for objects nothing names"
+    );
+    assert_eq!(
+        counter("aether_reconcile_routes_attached_total").await,
+        attached,
+        "routes attached for objects nothing names"
+    );
+
+    // Updates of what the edge does not keep: counted as unchanged, never reconciled.
+    let unchanged = counter("aether_watch_events_unchanged_total").await;
+    const UPDATES: usize = 5;
+    for i in 1..=UPDATES {
+        apply(&config_maps, "bundle", config_map(i)).await;
+        apply(&secrets, "unnamed", secret(i)).await;
+        apply(&namespaces, NS, namespace(i)).await;
+    }
+    eventually_some("every update seen", Wait::API, || async {
+        let now = metric(admin, "aether_watch_events_unchanged_total")
+            .await
+            .ok()?;
+        (now - unchanged >= (3 * UPDATES) as f64).then_some(())
+    })
+    .await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        metric(admin, "aether_config_reloads_total").await.ok(),
+        Some(reloads),
+        "an update of nothing the edge keeps reconciled"
+    );
     cluster.pass()
 }

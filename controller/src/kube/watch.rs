@@ -76,12 +76,28 @@ impl Shared {
         self.changed.notify_one();
     }
 
+    /// [`Self::update`] for one object's event: signals a reconcile only when `f`
+    /// changed the Store. The Store keeps only what is read (a Pod's service account,
+    /// a ConfigMap's CA bundle, a Namespace's labels), so most of a cluster's updates
+    /// (Pod status, new resourceVersions, labels, other data) change nothing here.
+    fn apply(&self, f: impl FnOnce(&mut Store) -> bool) {
+        let changed = f(&mut self.store.lock().unwrap_or_else(PoisonError::into_inner));
+        if changed {
+            self.changed.notify_one();
+        } else {
+            counter!(aether_proxy::telemetry::WATCH_EVENTS_UNCHANGED_TOTAL).increment(1);
+        }
+    }
+
     /// Stores a change to an EndpointSlice of `service`, signalling it only if the
     /// last outcome depended on that Service. Most of a cluster's endpoint churn is
     /// for Services no route names; reconciling for it would rebuild everything to
     /// change nothing.
-    fn update_endpoints(&self, service: Option<ObjectKey>, f: impl FnOnce(&mut Store)) {
-        f(&mut self.store.lock().unwrap_or_else(PoisonError::into_inner));
+    fn update_endpoints(&self, service: Option<ObjectKey>, f: impl FnOnce(&mut Store) -> bool) {
+        if !f(&mut self.store.lock().unwrap_or_else(PoisonError::into_inner)) {
+            counter!(aether_proxy::telemetry::WATCH_EVENTS_UNCHANGED_TOTAL).increment(1);
+            return;
+        }
         let mut interest = self
             .endpoints
             .lock()
@@ -497,17 +513,14 @@ fn start<K: Kind>(api: Api<K>, config: watcher::Config, shared: &Arc<Shared>) {
         while let Some(event) = stream.next().await {
             match event {
                 Ok(Event::Apply(o)) => match o.endpoints_of() {
-                    Some(service) => shared.update_endpoints(service, |s| {
-                        s.apply(o.object());
-                    }),
-                    None => shared.update(|s| {
-                        s.apply(o.object());
-                    }),
+                    Some(service) => shared.update_endpoints(service, |s| s.apply(o.object())),
+                    None => shared.apply(|s| s.apply(o.object())),
                 },
                 Ok(Event::Delete(o)) => match o.endpoints_of() {
-                    Some(service) => {
-                        shared.update_endpoints(service, |s| K::remove(s, o.meta()));
-                    }
+                    Some(service) => shared.update_endpoints(service, |s| {
+                        K::remove(s, o.meta());
+                        true
+                    }),
                     None => shared.update(|s| K::remove(s, o.meta())),
                 },
                 Ok(Event::Init) => relist.clear(),
@@ -568,17 +581,17 @@ mod tests {
         let shared = Shared::default();
         let (a, b) = (ObjectKey::new("ns", "a"), ObjectKey::new("ns", "b"));
         // Before the first outcome everything counts.
-        shared.update_endpoints(Some(b.clone()), |_| {});
+        shared.update_endpoints(Some(b.clone()), |_| true);
         assert!(signalled(&shared).await);
 
         shared.set_endpoint_interest(BTreeSet::from([a.clone()]));
         assert!(!signalled(&shared).await);
-        shared.update_endpoints(Some(b.clone()), |_| {});
+        shared.update_endpoints(Some(b.clone()), |_| true);
         assert!(!signalled(&shared).await, "b is not depended on");
-        shared.update_endpoints(Some(a.clone()), |_| {});
+        shared.update_endpoints(Some(a.clone()), |_| true);
         assert!(signalled(&shared).await);
         // A slice without a Service label can't be told apart: it counts.
-        shared.update_endpoints(None, |_| {});
+        shared.update_endpoints(None, |_| true);
         assert!(signalled(&shared).await);
 
         // The next outcome depends on b, whose event was skipped: reconcile again.
@@ -586,5 +599,43 @@ mod tests {
         assert!(signalled(&shared).await);
         shared.set_endpoint_interest(BTreeSet::from([a, b]));
         assert!(!signalled(&shared).await, "nothing skipped any more");
+    }
+
+    /// An event that leaves the Store as it was signals nothing: a Pod's status, a
+    /// ConfigMap's other data or labels, a new resourceVersion.
+    #[tokio::test]
+    async fn events_that_change_nothing_kept_signal_no_reconcile() {
+        let shared = Shared::default();
+        let pod = |phase: &str, version: &str| {
+            let mut pod: Pod = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p", "namespace": "ns", "resourceVersion": version},
+                "spec": {"serviceAccountName": "sa", "containers": []},
+                "status": {"phase": phase}
+            }))
+            .expect("a Pod");
+            pod.metadata.labels = Some([("v".to_owned(), version.to_owned())].into());
+            pod
+        };
+        let config_map = |ca: &str, other: &str| {
+            let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "ca", "namespace": "ns", "resourceVersion": other},
+                "data": {"ca.crt": ca, "other": other}
+            }))
+            .expect("a ConfigMap");
+            cm
+        };
+        shared.apply(|s| s.apply(pod("Pending", "1").object()));
+        assert!(signalled(&shared).await, "a new Pod");
+        shared.apply(|s| s.apply(pod("Running", "2").object()));
+        assert!(
+            !signalled(&shared).await,
+            "only its status and labels changed"
+        );
+        shared.apply(|s| s.apply(config_map("a", "1").object()));
+        assert!(signalled(&shared).await, "a new ConfigMap");
+        shared.apply(|s| s.apply(config_map("a", "2").object()));
+        assert!(!signalled(&shared).await, "only data never read changed");
+        shared.apply(|s| s.apply(config_map("b", "2").object()));
+        assert!(signalled(&shared).await, "its CA bundle changed");
     }
 }
