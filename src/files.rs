@@ -17,12 +17,14 @@ use tokio::sync::mpsc;
 pub struct FileSource {
     paths: Vec<PathBuf>,
     store: Store,
-    /// Keyed by shared paths: every object a file declares names it in `declared_by`.
+    /// Keyed by shared paths: `shared` names files by these.
     files: BTreeMap<Arc<Path>, FileState>,
-    /// The files declaring each object, in load order: the last one's version is
-    /// served, as if the files were applied one after another. Nearly always one, held
-    /// without a list: a list and a path of its own per object were 90 bytes a route.
-    declared_by: HashMap<ObjectId, Declarers>,
+    /// The objects more than one file declares, with those files in load order: the
+    /// last one's version is served, as if the files were applied one after another.
+    /// An object one file declares (nearly every one) has no entry: its file's
+    /// documents name it and the Store holds it. A table of every object's files was
+    /// 120 bytes a route.
+    shared: HashMap<ObjectId, Vec<Arc<Path>>>,
     /// The errors last reported, so that a load changing nothing publishes nothing.
     last_errors: Vec<ManifestError>,
 }
@@ -57,61 +59,9 @@ impl FileState {
             .filter_map(|(h, id)| id.clone().map(|id| (id, *h)))
             .collect()
     }
-}
 
-/// The files declaring one object, sorted by path.
-#[derive(Default)]
-enum Declarers {
-    #[default]
-    None,
-    One(Arc<Path>),
-    Several(Vec<Arc<Path>>),
-}
-
-impl Declarers {
-    fn as_slice(&self) -> &[Arc<Path>] {
-        match self {
-            Self::None => &[],
-            Self::One(file) => std::slice::from_ref(file),
-            Self::Several(files) => files,
-        }
-    }
-
-    fn from_sorted(mut files: Vec<Arc<Path>>) -> Self {
-        match files.len() {
-            0 => Self::None,
-            1 => files.pop().map_or(Self::None, Self::One),
-            _ => Self::Several(files),
-        }
-    }
-
-    /// The file whose version is served.
-    fn last(&self) -> Option<&Arc<Path>> {
-        self.as_slice().last()
-    }
-
-    fn insert(&mut self, file: Arc<Path>) {
-        if let Self::None = self {
-            *self = Self::One(file);
-        } else if let Err(at) = self.as_slice().binary_search_by(|f| (**f).cmp(&*file)) {
-            let mut files = self.as_slice().to_vec();
-            files.insert(at, file);
-            *self = Self::from_sorted(files);
-        }
-    }
-
-    fn remove(&mut self, file: &Path) {
-        let files = self
-            .as_slice()
-            .iter()
-            .filter(|f| ***f != *file)
-            .cloned()
-            .collect();
-        *self = Self::from_sorted(files);
-    }
-
-    fn is_empty(&self) -> bool {
-        matches!(self, Self::None)
+    fn declares(&self, id: &ObjectId) -> bool {
+        self.docs.iter().any(|(_, d)| d.as_ref() == Some(id))
     }
 }
 
@@ -128,7 +78,7 @@ impl FileSource {
             paths,
             store: Store::default(),
             files: BTreeMap::new(),
-            declared_by: HashMap::new(),
+            shared: HashMap::new(),
             last_errors: Vec::new(),
         }
     }
@@ -272,37 +222,61 @@ impl FileSource {
                     None => continue,
                 },
             };
-            changed |= self.declare(file, id, object);
+            changed |= self.declare(file, id, object, before.contains_key(id));
         }
         changed
     }
 
-    /// `file` declares `object`: the Store takes it unless a later file also declares it.
-    fn declare(&mut self, file: &Path, id: &ObjectId, object: Object) -> bool {
-        let shared = match self.files.get_key_value(file) {
-            Some((path, _)) => Arc::clone(path),
-            None => Arc::from(file),
+    /// `file` declares `object` (and did before if `redeclared`): the Store takes it
+    /// unless a later file also declares it. `file`'s documents already name it.
+    fn declare(&mut self, file: &Path, id: &ObjectId, object: Object, redeclared: bool) -> bool {
+        if !self.shared.contains_key(id) {
+            // The only file that declares it, or the first.
+            if redeclared || !self.store.contains(id) {
+                return self.store.apply(object);
+            }
+            // Another file declares it too (rare): find each one, in load order.
+            let files = self
+                .files
+                .iter()
+                .filter(|(_, state)| state.declares(id))
+                .map(|(path, _)| Arc::clone(path))
+                .collect();
+            self.shared.insert(id.clone(), files);
+        }
+        let path = self.shared_path(file);
+        let Some(files) = self.shared.get_mut(id) else {
+            return false;
         };
-        let files = self.declared_by.entry(id.clone()).or_default();
-        files.insert(shared);
-        if files.last().is_some_and(|last| **last != *file) {
-            tracing::warn!(object = %id, file = %file.display(), served_from = %files.last().map(|f| f.display().to_string()).unwrap_or_default(), "object declared in several files; the last file's version is served");
+        if let Err(at) = files.binary_search_by(|f| (**f).cmp(file)) {
+            files.insert(at, path);
+        }
+        if let Some(last) = files.last().filter(|last| ***last != *file) {
+            tracing::warn!(object = %id, file = %file.display(), served_from = %last.display(), "object declared in several files; the last file's version is served");
             return false;
         }
         self.store.apply(object)
     }
 
+    fn shared_path(&self, file: &Path) -> Arc<Path> {
+        match self.files.get_key_value(file) {
+            Some((path, _)) => Arc::clone(path),
+            None => Arc::from(file),
+        }
+    }
+
     /// `file` no longer declares `id`: the Store drops it, or takes the version of the
     /// file that declares it next.
     fn withdraw(&mut self, file: &Path, id: &ObjectId) -> bool {
-        let Some(files) = self.declared_by.get_mut(id) else {
-            return false;
+        let Some(files) = self.shared.get_mut(id) else {
+            // `file` was the only one declaring it.
+            return self.store.remove(id);
         };
         let was_served = files.last().is_some_and(|f| **f == *file);
-        files.remove(file);
+        files.retain(|f| **f != *file);
         let next = files.last().cloned();
-        if files.is_empty() {
-            self.declared_by.remove(id);
+        if files.len() < 2 {
+            self.shared.remove(id);
         }
         if !was_served {
             return false;

@@ -164,3 +164,41 @@ fn a_load_told_what_was_written_reads_only_that() {
         "an untrusted hint reads everything"
     );
 }
+
+/// Random writes and removals of three files declaring overlapping objects: after each
+/// load the Store serves, per object, the version of the last file (in load order)
+/// that declares it, and nothing no file declares.
+#[test]
+fn objects_declared_by_several_files_follow_the_last_file_through_any_edits() {
+    const FILES: [&str; 3] = ["a.yaml", "b.yaml", "c.yaml"];
+    const NAMES: [&str; 3] = ["s0", "s1", "s2"];
+    let dir = tempfile::tempdir().unwrap();
+    let mut source = FileSource::new(vec![dir.path().to_owned()]);
+    // Per file, what it declares now: (name, port).
+    let mut declared: [Option<Vec<(usize, u16)>>; 3] = Default::default();
+    let mut rng = fastrand::Rng::with_seed(7);
+    for step in 0..300 {
+        let f = rng.usize(..FILES.len());
+        if rng.u8(..4) == 0 {
+            let _ = std::fs::remove_file(dir.path().join(FILES[f]));
+            declared[f] = None;
+        } else {
+            let objects: Vec<(usize, u16)> = (0..NAMES.len())
+                .filter_map(|n| rng.bool().then(|| (n, rng.u16(1..60_000))))
+                .collect();
+            let text: String = objects.iter().map(|&(n, p)| service(NAMES[n], p)).collect();
+            write(dir.path(), FILES[f], &text);
+            declared[f] = Some(objects);
+        }
+        source.load();
+        for (n, name) in NAMES.iter().enumerate() {
+            let want = declared
+                .iter()
+                .flatten()
+                .filter_map(|objects| objects.iter().find(|o| o.0 == n))
+                .last()
+                .map(|o| i32::from(o.1));
+            assert_eq!(port_of(&source, name), want, "{name} after step {step}");
+        }
+    }
+}

@@ -538,6 +538,35 @@ impl Store {
         }
     }
 
+    /// Is the object `id` names here?
+    pub fn contains(&self, id: &ObjectId) -> bool {
+        let key = &id.key;
+        match id.kind {
+            "GatewayClass" => self.gateway_classes.contains_key(&*key.name),
+            "Gateway" => self.gateways.contains_key(key),
+            "HTTPRoute" => self.http_routes.contains_key(key),
+            "GRPCRoute" => self.grpc_routes.contains_key(key),
+            "ReferenceGrant" => self.reference_grants.contains_key(key),
+            "ListenerSet" => self.listener_sets.contains_key(key),
+            "Secret" => self.secrets.contains_key(key),
+            "ConfigMap" => self.config_maps.contains_key(key),
+            "Service" => self.services.contains_key(key),
+            "EndpointSlice" => self.endpoint_slices.contains_key(key),
+            "Namespace" => self.namespaces.contains_key(&*key.name),
+            "Pod" => self.pods.contains_key(key),
+            "BackendTLSPolicy" => self.backend_tls_policies.contains_key(key),
+            kind => {
+                if let Some(l4) = L4Kind::from_kind(kind) {
+                    return self.l4_routes.contains_key(&(l4, key.clone()));
+                }
+                let owned = [OwnedKind::Deployment, OwnedKind::PodDisruptionBudget]
+                    .into_iter()
+                    .find(|o| o.as_str() == kind);
+                owned.is_some_and(|o| self.owned.contains_key(&(o, key.clone())))
+            }
+        }
+    }
+
     /// Removes the object `id` names, and what is kept beside it; true if it was there.
     pub fn remove(&mut self, id: &ObjectId) -> bool {
         let key = &id.key;
