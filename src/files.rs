@@ -233,7 +233,7 @@ impl FileSource {
         if !self.shared.contains_key(id) {
             // The only file that declares it, or the first.
             if redeclared || !self.store.contains(id) {
-                return self.store.apply(object);
+                return self.store.apply_as(object, id);
             }
             // Another file declares it too (rare): find each one, in load order.
             let files = self
@@ -255,7 +255,7 @@ impl FileSource {
             tracing::warn!(object = %id, file = %file.display(), served_from = %last.display(), "object declared in several files; the last file's version is served");
             return false;
         }
-        self.store.apply(object)
+        self.store.apply_as(object, id)
     }
 
     fn shared_path(&self, file: &Path) -> Arc<Path> {
@@ -282,7 +282,7 @@ impl FileSource {
             return false;
         }
         match next.and_then(|f| self.reparse(&f, id)) {
-            Some(object) => self.store.apply(object),
+            Some(object) => self.store.apply_as(object, id),
             None => self.store.remove(id),
         }
     }

@@ -92,7 +92,8 @@ pub struct RuleSpec {
 pub struct BackendRef {
     pub group: Option<Box<str>>,
     pub kind: Option<Box<str>>,
-    pub name: Box<str>,
+    /// Shared with neighbouring routes (see [`StoredRoute::share_backend_names`]).
+    pub name: Arc<str>,
     pub namespace: Option<Box<str>>,
     pub port: Option<i32>,
     pub weight: Option<i32>,
@@ -104,7 +105,7 @@ impl From<HttpRouteRulesBackendRefs> for BackendRef {
         Self {
             group: b.group.map(String::into_boxed_str),
             kind: b.kind.map(String::into_boxed_str),
-            name: b.name.into_boxed_str(),
+            name: b.name.into(),
             namespace: b.namespace.map(String::into_boxed_str),
             port: b.port,
             weight: b.weight,
@@ -174,6 +175,22 @@ impl StoredRoute {
     pub fn share_parents(&mut self, other: &StoredRoute) {
         if self.spec.parent_refs == other.spec.parent_refs {
             self.spec.parent_refs = Arc::clone(&other.spec.parent_refs);
+        }
+    }
+
+    /// Takes `other`'s string for each backend name the two routes both name: routes
+    /// in a namespace mostly send to a few Services.
+    pub fn share_backend_names(&mut self, other: &StoredRoute) {
+        let theirs = || other.spec.rules.iter().flat_map(|r| r.backend_refs.iter());
+        for mine in self
+            .spec
+            .rules
+            .iter_mut()
+            .flat_map(|r| r.backend_refs.iter_mut())
+        {
+            if let Some(b) = theirs().find(|b| b.name == mine.name) {
+                mine.name = Arc::clone(&b.name);
+            }
         }
     }
 }
@@ -354,5 +371,32 @@ spec:
         assert!(Arc::ptr_eq(&first.spec.parent_refs, &same.spec.parent_refs));
         other.share_parents(&first);
         assert_eq!(other.spec.parent_refs[0].name, "other");
+    }
+
+    #[test]
+    fn routes_naming_the_same_backend_keep_one_name() {
+        let route = |backends: &str| {
+            let yaml = format!(
+                "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\n\
+                 metadata: {{name: r, namespace: default}}\n\
+                 spec: {{rules: [{{backendRefs: [{backends}]}}]}}\n"
+            );
+            let route: HttpRoute = serde_saphyr::from_str(&yaml).unwrap_or_default();
+            StoredRoute::new(route)
+        };
+        let names = |r: &StoredRoute| -> Vec<Arc<str>> {
+            let rule = &r.spec.rules[0];
+            rule.backend_refs
+                .iter()
+                .map(|b| Arc::clone(&b.name))
+                .collect()
+        };
+        let first = route("{name: a, port: 80}, {name: b, port: 80}");
+        let mut second = route("{name: b, port: 81}, {name: c, port: 80}");
+        second.share_backend_names(&first);
+        let (first, second) = (names(&first), names(&second));
+        assert_eq!(second, [Arc::from("b"), Arc::from("c")]);
+        assert!(Arc::ptr_eq(&first[1], &second[0]), "b is shared");
+        assert!(!Arc::ptr_eq(&first[0], &second[1]));
     }
 }

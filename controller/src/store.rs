@@ -331,6 +331,7 @@ fn stored(
 ) -> StoredRoute {
     for (_, near) in routes.get_prev(key).into_iter().chain(routes.get_next(key)) {
         route.share_parents(near);
+        route.share_backend_names(near);
     }
     route
 }
@@ -407,7 +408,18 @@ impl Store {
     /// Inserts or replaces an object; true unless an equal object was already there.
     /// Namespaced objects without a namespace are put in `default`, so later lookups
     /// never see a missing namespace.
-    pub fn apply(&mut self, mut object: Object) -> bool {
+    pub fn apply(&mut self, object: Object) -> bool {
+        self.apply_keyed(object, None)
+    }
+
+    /// [`Self::apply`] with the object's id as a source keeps it (see
+    /// [`Object::id_in`]): the Store's key shares that id's strings instead of holding
+    /// a copy of the name (one allocation per route a file declares).
+    pub fn apply_as(&mut self, object: Object, id: &ObjectId) -> bool {
+        self.apply_keyed(object, Some(&id.key))
+    }
+
+    fn apply_keyed(&mut self, mut object: Object, known: Option<&ObjectKey>) -> bool {
         /// Stores `value`; true if it differs from what was there.
         fn put<K: Ord + Clone, V: PartialEq + Clone>(
             map: &mut Map<K, V>,
@@ -431,8 +443,11 @@ impl Store {
             let namespace = meta
                 .namespace
                 .get_or_insert_with(|| DEFAULT_NAMESPACE.to_owned());
-            let namespace = interned(names, namespace);
-            ObjectKey::new(namespace, meta.name.as_deref().unwrap_or_default())
+            let name = meta.name.as_deref().unwrap_or_default();
+            if let Some(key) = known.filter(|k| *k.namespace == **namespace && *k.name == *name) {
+                return key.clone();
+            }
+            ObjectKey::new(interned(names, namespace), name)
         };
         crate::compact::drop_bookkeeping(object.meta_mut());
         match object {
