@@ -183,9 +183,12 @@ fn objects_declared_by_several_files_follow_the_last_file_through_any_edits() {
             let _ = std::fs::remove_file(dir.path().join(FILES[f]));
             declared[f] = None;
         } else {
-            let objects: Vec<(usize, u16)> = (0..NAMES.len())
-                .filter_map(|n| rng.bool().then(|| (n, rng.u16(1..60_000))))
-                .collect();
+            let mut objects: Vec<(usize, u16)> = Vec::new();
+            for n in 0..NAMES.len() {
+                if rng.bool() {
+                    objects.push((n, rng.u16(1..60_000)));
+                }
+            }
             let text: String = objects.iter().map(|&(n, p)| service(NAMES[n], p)).collect();
             write(dir.path(), FILES[f], &text);
             declared[f] = Some(objects);
@@ -195,8 +198,8 @@ fn objects_declared_by_several_files_follow_the_last_file_through_any_edits() {
             let want = declared
                 .iter()
                 .flatten()
-                .filter_map(|objects| objects.iter().find(|o| o.0 == n))
-                .last()
+                .rev()
+                .find_map(|objects| objects.iter().find(|o| o.0 == n))
                 .map(|o| i32::from(o.1));
             assert_eq!(port_of(&source, name), want, "{name} after step {step}");
         }
