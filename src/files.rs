@@ -104,6 +104,7 @@ impl FileSource {
     /// a new folder, a path spelled differently) is ignored and every file is looked at.
     pub fn load_touched(&mut self, touched: Option<&HashSet<PathBuf>>) -> Loaded {
         let (files, mut errors) = manifest::expand(&self.paths);
+        let routes_before = self.store.route_counts();
         let touched = touched.filter(|t| t.iter().all(|p| files.binary_search(p).is_ok()));
         let mut changed = false;
         // Files that are gone take their objects with them (`expand` returns them sorted).
@@ -130,6 +131,7 @@ impl FileSource {
                 errors.extend(state.errors.iter().cloned());
             }
         }
+        self.store.repack_grown(routes_before);
         if errors != self.last_errors {
             changed = true;
             self.last_errors.clone_from(&errors);

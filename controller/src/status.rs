@@ -394,6 +394,7 @@ fn carry_changes<K: Ord + Clone, S: Clone + PartialEq>(
     mut stamp_one: impl FnMut(&mut S, Option<&S>),
 ) {
     let mut out = previous.clone();
+    let before = out.len();
     // A stamp depends only on the status and the one published before it: entries
     // sharing both (the reconciler shares equal statuses) share the stamped copy too.
     // Keyed by address: every status named here is held by the maps until the end.
@@ -422,6 +423,7 @@ fn carry_changes<K: Ord + Clone, S: Clone + PartialEq>(
         };
         out.insert(key.clone(), s);
     }
+    crate::store::repack_grown(&mut out, before);
     *current = out;
 }
 

@@ -321,6 +321,27 @@ pub fn retain_keys<K: Ord + Clone, V: Clone>(map: &mut Map<K, V>, keep: impl Fn(
     }
 }
 
+/// `map` rebuilt with its leaves full. `imbl` splits a full node in the middle, so keys
+/// inserted in order (a first load, a file of new routes) leave every node half empty,
+/// and its `FromIterator` inserts one by one. Every other key first and then the rest
+/// fills each leaf's gaps exactly (a leaf of 16 holds 8 keys that span 16). A copy of
+/// the map that shares nothing with `map`: for after a batch, not per change.
+pub fn packed<K: Ord + Clone, V: Clone>(map: &Map<K, V>) -> Map<K, V> {
+    let mut out = Map::new();
+    for (k, v) in map.iter().step_by(2).chain(map.iter().skip(1).step_by(2)) {
+        out.insert(k.clone(), v.clone());
+    }
+    out
+}
+
+/// Repacks `map` (see [`packed`]) if it grew by more than a quarter since it had
+/// `before` entries.
+pub fn repack_grown<K: Ord + Clone, V: Clone>(map: &mut Map<K, V>, before: usize) {
+    if map.len() > before + before / 4 + 64 {
+        *map = packed(map);
+    }
+}
+
 /// `route` as the Store keeps it, sharing its list of parents with the version it
 /// replaces or the route beside it when they list the same: routes in a namespace
 /// usually attach to the same Gateways.
@@ -553,6 +574,23 @@ impl Store {
         }
     }
 
+    /// How many routes of each kind the Store holds, for [`Self::repack_grown`].
+    pub fn route_counts(&self) -> [usize; 3] {
+        [
+            self.http_routes.len(),
+            self.grpc_routes.len(),
+            self.l4_routes.len(),
+        ]
+    }
+
+    /// Repacks the route maps that grew by more than a quarter since they held
+    /// `before` (see [`packed`]): a source calls it after a batch (a load of files).
+    pub fn repack_grown(&mut self, before: [usize; 3]) {
+        repack_grown(&mut self.http_routes, before[0]);
+        repack_grown(&mut self.grpc_routes, before[1]);
+        repack_grown(&mut self.l4_routes, before[2]);
+    }
+
     /// Is the object `id` names here?
     pub fn contains(&self, id: &ObjectId) -> bool {
         let key = &id.key;
@@ -692,5 +730,23 @@ fn trimmed(pod: Pod) -> Pod {
             ..PodSpec::default()
         }),
         status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_packed_map_holds_the_same_entries_in_order() {
+        for n in [0, 1, 2, 15, 16, 17, 33, 1000, 5001] {
+            let map: Map<u32, u32> = (0..n).map(|i| (i, i * 7)).collect();
+            let packed = packed(&map);
+            assert_eq!(packed, map, "{n} entries");
+            assert!(packed.iter().map(|(k, _)| *k).eq(0..n), "{n} in order");
+        }
+        let mut grown: Map<u32, u32> = (0..100u32).map(|i| (i, i)).collect();
+        repack_grown(&mut grown, 0);
+        assert_eq!(grown.len(), 100);
     }
 }

@@ -16,7 +16,7 @@ use super::translate::RouteActions;
 use crate::compact::StoredRoute;
 use crate::route_ext::HttpRouteExt;
 use crate::status::{ObjectStatus, RouteStatuses};
-use crate::store::{Map, ObjectKey, Store};
+use crate::store::{Map, ObjectKey, Store, repack_grown};
 
 /// A route's identity across kinds; HTTPRoutes order before GRPCRoutes, as the phases
 /// take them.
@@ -107,6 +107,7 @@ impl RouteMemo {
     ) -> [RouteStatuses; 2] {
         self.redone = Redone::default();
         self.retired.clear();
+        let before = [self.http_statuses.len(), self.grpc_statuses.len()];
         let everything = changes.gateway_side;
         if everything {
             self.listener_routes.clear();
@@ -179,6 +180,8 @@ impl RouteMemo {
             }
             self.changed = patches.then_some(changed);
         }
+        repack_grown(&mut self.http_statuses, before[0]);
+        repack_grown(&mut self.grpc_statuses, before[1]);
         [self.http_statuses.clone(), self.grpc_statuses.clone()]
     }
 
