@@ -49,6 +49,10 @@ pub struct Shared {
     /// Which Services' EndpointSlices the last outcome depends on (None before the
     /// first), and the Services whose slice events were stored without a signal.
     endpoints: Mutex<EndpointInterest>,
+    /// The Store's route counts at the last snapshot: the first list (or a burst of
+    /// new routes) fills its maps in key order, which leaves them half empty until
+    /// repacked (see `store::packed`).
+    routes_at_snapshot: Mutex<[usize; 3]>,
 }
 
 #[derive(Default)]
@@ -58,12 +62,17 @@ struct EndpointInterest {
 }
 
 impl Shared {
-    /// A copy of the Store. The lock is held only for the clone.
+    /// A copy of the Store. The lock is held only for the clone, and for a repack of
+    /// the route maps after a batch that grew them by more than a quarter.
     pub fn snapshot(&self) -> Store {
-        self.store
+        let mut store = self.store.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut counted = self
+            .routes_at_snapshot
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .unwrap_or_else(PoisonError::into_inner);
+        store.repack_grown(*counted);
+        *counted = store.route_counts();
+        store.clone()
     }
 
     /// Runs `f` on the Store under the lock (keep it short).
