@@ -99,6 +99,7 @@ def main():
             out = subprocess.run(["pgrep", "-P", str(edge.pid)], capture_output=True, text=True).stdout.split()
             pid = int(out[-1]) if out else edge.pid
         idle = m.rss_kib(pid)
+        idle_kinds = smaps(pid)
         routes = "".join(m.route(f"r{i}", f"h{i % m.HOSTS}.example.com", f"/r{i}") for i in range(m.ROUTES))
         m.write_atomically(os.path.join(mdir, "routes.yaml"), routes)
         last = m.ROUTES - 1
@@ -110,10 +111,11 @@ def main():
         time.sleep(1)
         print(f"pid {pid}; idle VmRSS {idle / 1024:.1f} MiB; loaded VmRSS {m.rss_kib(pid) / 1024:.1f} MiB; "
               f"threads {len(os.listdir(f'/proc/{pid}/task'))}")
-        print("| mapping kind | count | Rss MiB | Anonymous MiB |")
-        print("|---|---|---|---|")
+        print("| mapping kind | count | Rss MiB | Anonymous MiB | idle Rss MiB |")
+        print("|---|---|---|---|---|")
         for k, (rss, anon, _, n) in sorted(smaps(pid).items(), key=lambda kv: -kv[1][0]):
-            print(f"| {k} | {n} | {rss / 1024:.2f} | {anon / 1024:.2f} |")
+            was = idle_kinds.get(k, [0])[0]
+            print(f"| {k} | {n} | {rss / 1024:.2f} | {anon / 1024:.2f} | {was / 1024:.2f} |")
         try:
             r = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "call (void)malloc_stats()"],
                                capture_output=True, text=True, timeout=60)

@@ -62,7 +62,7 @@ pub struct Listener {
     pub l4: Option<Arc<L4Routes>>,
     /// Counts requests that matched no route on this listener.
     #[serde(skip)]
-    pub unrouted: RouteStats,
+    pub unrouted: Arc<RouteStats>,
     /// This socket's connection (or UDP flow) counts, taken when the Snapshot is
     /// built so an accept only bumps atomics; they leave `/metrics` with the listener.
     #[serde(skip)]

@@ -439,9 +439,11 @@ pub const DURATION_BUCKETS: &[f64] = &[
 /// per route (a histogram is 20 series; per route it made 5,000 idle routes cost
 /// 120,000 series). A route's counter cell is made by its first answer, not when the
 /// Snapshot is built: at 5,000 idle routes the cells and their table's entries were
-/// 0.8 MiB. One `Arc`: a request that matched no route clones it.
-#[derive(Clone)]
-pub struct RouteStats(Arc<Cells>);
+/// 0.8 MiB. The cells are held inline by each rule (an `Arc` of them was an allocation
+/// per route); the rules of one route find the same counter cell, as it is kept by
+/// (Gateway, route). A listener holds its unrouted stats in an `Arc`, which a request
+/// that matched no route clones.
+pub struct RouteStats(Cells);
 
 struct Cells {
     gateway: Arc<crate::series::GatewaySeries>,
@@ -466,22 +468,22 @@ impl RouteStats {
         if let Some(live) = crate::series::live_route(&gateway, &route) {
             let _ = counters.set(live);
         }
-        Self(Arc::new(Cells {
+        Self(Cells {
             latency: crate::series::route_latency(&gateway, kind, &route),
             gateway: crate::series::gateway(&gateway),
             route,
             counters,
-        }))
+        })
     }
 
     /// Requests that matched no route (or no listener), counted under `route="none"`;
     /// no per-route histogram.
-    pub fn unrouted(gateway: impl Into<Arc<str>>) -> Self {
+    pub fn unrouted(gateway: impl Into<Arc<str>>) -> Arc<Self> {
         let gateway = gateway.into();
         let route: Arc<str> = Arc::from("none");
         let counters = OnceLock::new();
         let _ = counters.set(crate::series::route(&gateway, &route));
-        Self(Arc::new(Cells {
+        Arc::new(Self(Cells {
             gateway: crate::series::gateway(&gateway),
             route,
             counters,
@@ -492,7 +494,7 @@ impl RouteStats {
     /// Atomic adds only, once the route has its cell: one counter, the Gateway
     /// histogram's bucket and sum, and the route's when it has one.
     pub fn record(&self, status: u16, elapsed: Duration) {
-        let cells = &*self.0;
+        let cells = &self.0;
         cells
             .counters
             .get_or_init(|| crate::series::route(cells.gateway.name(), &cells.route))

@@ -13,6 +13,7 @@ use aether_proxy::telemetry::RouteStats;
 use aether_proxy::tls::TlsCerts;
 use aether_proxy::{Listener, Snapshot};
 use foldhash::HashMap;
+use smallvec::SmallVec;
 
 use super::gateway::GatewayModel;
 use super::route::{Placement, RouteModel};
@@ -79,7 +80,7 @@ impl Contribution {
 /// Per Gateway a route serves on (usually one), its rule actions there. Kept with the
 /// route, so they go when the route is compiled again or removed.
 #[derive(Default)]
-pub struct RouteActions(Vec<(ObjectKey, Arc<Actions>)>);
+pub struct RouteActions(SmallVec<[(ObjectKey, Arc<Actions>); 1]>);
 
 impl RouteActions {
     /// Keeps the actions of the Gateways `keep` names.
@@ -107,8 +108,6 @@ impl RouteActions {
             self.0.swap_remove(at);
         }
         let acts = Arc::new(rule_actions(gateway, client, route));
-        // Usually the only Gateway: a push would reserve four (kept per route).
-        self.0.reserve_exact(1);
         self.0.push((key.clone(), Arc::clone(&acts)));
         acts
     }
@@ -117,7 +116,7 @@ impl RouteActions {
 /// One route's rule actions on one Gateway.
 pub struct Actions {
     name: Arc<str>,
-    rules: Vec<Arc<RuleAction>>,
+    rules: SmallVec<[Arc<RuleAction>; 1]>,
     /// The Gateway's backend client certificate the rules were made with.
     client: Client,
 }
@@ -468,7 +467,6 @@ impl PortPlan {
 
 fn rule_actions(gateway: &Arc<str>, client: &Client, route: &RouteModel) -> Actions {
     let name = route.key.joined();
-    let stats = RouteStats::new(Arc::clone(gateway), route.kind, Arc::clone(&name));
     let rules = route
         .rules
         .iter()
@@ -512,7 +510,7 @@ fn rule_actions(gateway: &Arc<str>, client: &Client, route: &RouteModel) -> Acti
                 timeout: rule.timeout,
                 retry: rule.retry.clone(),
                 backend_client_cert: client.clone(),
-                stats: stats.clone(),
+                stats: RouteStats::new(Arc::clone(gateway), route.kind, Arc::clone(&name)),
             })
         })
         .collect();

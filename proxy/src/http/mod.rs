@@ -308,10 +308,10 @@ pub(crate) struct Routed {
 /// along when there is a listener.
 enum RouteMiss {
     NoListener,
-    NoRoute(RouteStats),
+    NoRoute(Arc<RouteStats>),
     /// The Host is served with another certificate than the one this TLS connection
     /// negotiated (the spec's 421 case).
-    Misdirected(RouteStats),
+    Misdirected(Arc<RouteStats>),
 }
 
 /// Finds the rule for a request in the current Snapshot.

@@ -114,7 +114,7 @@ fn route_latency_is_opt_in_and_leaves_with_the_route() {
     let on = crate::telemetry::RouteStats::new(Arc::clone(&gw), "GRPCRoute", "ns/series-on");
     let none = crate::telemetry::RouteStats::unrouted(Arc::clone(&gw));
     enable_route_latency(false);
-    for s in [&off, &on, &none] {
+    for s in [&off, &on, &*none] {
         s.record(200, std::time::Duration::from_secs(2));
     }
     let text = rendered();
