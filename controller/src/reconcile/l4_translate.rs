@@ -178,7 +178,7 @@ type Client = Option<Arc<ClientCertificate>>;
 type TargetKey = (Arc<str>, usize, Option<usize>);
 
 fn target(gateway: &str, route: &L4RouteModel, client: Client) -> L4Target {
-    let backends = route
+    let backends: Arc<[_]> = route
         .backends
         .iter()
         .map(|(weight, b)| WeightedBackend {

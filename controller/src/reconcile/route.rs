@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use aether_proxy::backend::Backend;
+use aether_proxy::backend::{Backend, BackendTarget, WeightedBackend};
 use aether_proxy::routing::{PathMatch, RequestMatch};
 use gateway_api::httproutes::{HttpRouteParentRefs, HttpRouteRulesTimeouts, HttpRouteStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
@@ -55,15 +55,10 @@ pub struct RuleModel {
     pub timeout: Option<std::time::Duration>,
     pub retry: Option<Box<aether_proxy::retry::RetryPolicy>>,
     pub filters: Filters,
-    pub backends: Box<[BackendModel]>,
+    /// In the Snapshot's form, shared with the rule actions made from this model.
+    pub backends: Arc<[WeightedBackend]>,
     /// Why this rule can't be served as written; its requests then answer 500.
     pub invalid: Option<Box<str>>,
-}
-
-pub struct BackendModel {
-    pub weight: u32,
-    pub target: Result<Arc<Backend>, RefProblem>,
-    pub filters: Filters,
 }
 
 /// A route attached to a listener, with the hostnames it serves there.
@@ -129,9 +124,14 @@ pub fn compile(
                 invalid.get_or_insert(why);
                 Filters::default()
             });
-            backends.push(BackendModel {
+            backends.push(WeightedBackend {
                 weight: u32::try_from(b.weight.unwrap_or(1)).unwrap_or(0),
-                target,
+                target: match target {
+                    Ok(backend) => BackendTarget::Service(backend),
+                    Err(p) => BackendTarget::Invalid {
+                        reason: p.message.as_str().into(),
+                    },
+                },
                 filters,
             });
         }
@@ -151,7 +151,7 @@ pub fn compile(
             timeout,
             retry,
             filters,
-            backends: backends.into_boxed_slice(),
+            backends: backends.into(),
             invalid: invalid.map(String::into_boxed_str),
         });
     }

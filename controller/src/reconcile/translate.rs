@@ -476,29 +476,17 @@ fn rule_actions(gateway: &Arc<str>, client: &Client, route: &RouteModel) -> Acti
                 // them fall through to a rule the author did not mean.
                 Some(why) => (
                     Filters::default(),
-                    vec![WeightedBackend {
+                    BackendSet::new(vec![WeightedBackend {
                         weight: 1,
                         target: BackendTarget::Invalid {
                             reason: (**why).into(),
                         },
                         filters: Filters::default(),
-                    }],
+                    }]),
                 ),
                 None => (
                     rule.filters.clone(),
-                    rule.backends
-                        .iter()
-                        .map(|b| WeightedBackend {
-                            weight: b.weight,
-                            target: match &b.target {
-                                Ok(backend) => BackendTarget::Service(Arc::clone(backend)),
-                                Err(p) => BackendTarget::Invalid {
-                                    reason: p.message.as_str().into(),
-                                },
-                            },
-                            filters: b.filters.clone(),
-                        })
-                        .collect(),
+                    BackendSet::new(Arc::clone(&rule.backends)),
                 ),
             };
             Arc::new(RuleAction {
@@ -506,7 +494,7 @@ fn rule_actions(gateway: &Arc<str>, client: &Client, route: &RouteModel) -> Acti
                 kind: route.kind,
                 rule: rule.name.clone(),
                 filters,
-                backends: BackendSet::new(backends),
+                backends,
                 timeout: rule.timeout,
                 retry: rule.retry.clone(),
                 backend_client_cert: client.clone(),
