@@ -22,6 +22,10 @@ pub struct RefProblem {
     pub message: String,
 }
 
+/// The Services one route resolved: usually one, kept inline (a boxed list of one was
+/// an allocation per route).
+pub type Referenced = smallvec::SmallVec<[ObjectKey; 1]>;
+
 /// The `Backend` of each Service port, as built.
 pub type BackendCache = BTreeMap<(ObjectKey, i32, UpstreamProtocol, Alpn), Arc<Backend>>;
 
@@ -81,10 +85,11 @@ impl<'s> BackendResolver<'s> {
     /// The Services resolved since [`BackendResolver::record`], sorted, at their exact
     /// size (kept per route), and stops recording. The list recorded into is reused by
     /// the next route.
-    pub fn recorded(&mut self) -> Box<[ObjectKey]> {
+    pub fn recorded(&mut self) -> Referenced {
         self.recording = false;
         self.recorded.sort_unstable();
-        let out = self.recorded.as_slice().into();
+        let mut out = Referenced::from(self.recorded.as_slice());
+        out.shrink_to_fit();
         self.recorded.clear();
         out
     }

@@ -33,7 +33,7 @@ pub struct L4RouteModel {
     pub generation: i64,
     pub backends: Vec<(u32, Result<Arc<Backend>, RefProblem>)>,
     /// The first backendRef problem, if any.
-    pub refs: Result<(), RefProblem>,
+    pub refs: Result<(), Box<RefProblem>>,
 }
 
 pub fn compile(
@@ -71,7 +71,7 @@ pub fn compile(
         };
         let target = resolver.resolve(kind.as_str(), &model.key.namespace, &spec);
         if let (Err(p), Ok(())) = (&target, &model.refs) {
-            model.refs = Err(p.clone());
+            model.refs = Err(Box::new(p.clone()));
         }
         let weight = u32::try_from(b.weight.unwrap_or(1)).unwrap_or(0);
         model.backends.push((weight, target));

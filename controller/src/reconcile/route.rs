@@ -35,8 +35,8 @@ pub struct RouteModel {
     /// Boxed slices here and in each rule: kept as long as the route, at their exact
     /// length, a pointer shorter than a `Vec`.
     pub rules: Box<[RuleModel]>,
-    /// The first backendRef problem, if any.
-    pub refs: Result<(), RefProblem>,
+    /// The first backendRef problem, if any (boxed: rare, and 40 bytes kept per route).
+    pub refs: Result<(), Box<RefProblem>>,
 }
 
 impl RouteModel {
@@ -113,7 +113,7 @@ pub fn compile(
             };
             let target = resolver.resolve(kind, &model.key.namespace, &spec);
             if let (Err(p), Ok(())) = (&target, &model.refs) {
-                model.refs = Err(p.clone());
+                model.refs = Err(Box::new(p.clone()));
             }
             let filters = filters::compile_backend(
                 &b.filters,
@@ -143,7 +143,7 @@ pub fn compile(
                 (None, None)
             });
         if let (Some(p), Ok(())) = (mirror_problem, &model.refs) {
-            model.refs = Err(p);
+            model.refs = Err(Box::new(p));
         }
         rules.push(RuleModel {
             name: rule.name.clone(),
@@ -214,8 +214,13 @@ pub struct Placement {
 #[derive(Clone)]
 pub struct Attached {
     pub status: Arc<HttpRouteStatus>,
-    pub placements: Vec<Placement>,
+    /// Usually one, kept inline.
+    pub placements: Placements,
 }
+
+/// Where a route serves: usually on one listener, so one is kept inline (a list of one
+/// was an allocation per route).
+pub type Placements = smallvec::SmallVec<[Placement; 1]>;
 
 /// Decides where one route attaches. Reads the listeners only, so routes can be
 /// attached in any order and a route's decision reused while its inputs stand. Its
@@ -230,7 +235,7 @@ pub(super) fn attach_route(
     shared: &mut SharedStatuses,
 ) -> Attached {
     let mut parents = Vec::with_capacity(route.spec.parent_refs.len());
-    let mut placements = Vec::new();
+    let mut placements = Placements::new();
     let generation = model.generation;
     for parent in route.spec.parent_refs.iter() {
         let Some(target) = parent_target(sets, parent, &model.key.namespace, gateways) else {
@@ -260,7 +265,7 @@ pub(super) fn attach_route(
             partially_invalid,
         });
     }
-    // Kept while the decision stands; pushes reserved room for four.
+    // Kept while the decision stands; pushes past the inline one reserved room for four.
     placements.shrink_to_fit();
     Attached {
         status: shared.share(&parents, controller_name),
@@ -308,7 +313,7 @@ fn isolated(
 }
 
 /// ResolvedRefs from a route's first backendRef problem.
-pub(super) fn refs_condition(generation: i64, refs: &Result<(), RefProblem>) -> Condition {
+pub(super) fn refs_condition(generation: i64, refs: &Result<(), Box<RefProblem>>) -> Condition {
     refs_decided(generation, refs).build()
 }
 
@@ -321,7 +326,7 @@ fn attach_one<'a>(
     parent: &HttpRouteParentRefs,
     target: &ParentTarget,
     gateway: &GatewayModel<'_>,
-    placements: &mut Vec<Placement>,
+    placements: &mut Placements,
 ) -> Decided<'a> {
     use super::conditions::Message::{Owned, Text};
     let generation = model.generation;

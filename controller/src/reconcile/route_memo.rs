@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use imbl::ordmap::DiffItem;
 
-use super::backend::BackendResolver;
+use super::backend::{BackendResolver, Referenced};
 use super::incremental::{Changes, Redone};
-use super::route::{Attached, Placement, RouteModel};
+use super::route::{Attached, Placements, RouteModel};
 use super::route_status::SharedStatuses;
 use super::translate::RouteActions;
 use crate::compact::StoredRoute;
@@ -53,7 +53,7 @@ pub(super) struct RouteMemo {
     /// translation may patch the Snapshot (see [`RouteMemo::patches`]): it withdraws
     /// their old contributions by these, and takes them. A table of every route's
     /// places, kept for this, was 0.8 MiB at 5,000 routes.
-    retired: Vec<(RouteId, Vec<Placement>)>,
+    retired: Vec<(RouteId, Placements)>,
     /// What the last run did again rather than reuse.
     pub(super) redone: Redone,
 }
@@ -69,9 +69,9 @@ struct Seen {
 pub(super) struct CachedRoute {
     object: Arc<StoredRoute>,
     pub(super) model: Arc<RouteModel>,
-    /// The Services its compile resolved, sorted (usually one: a one-element BTreeSet
-    /// would hold a node of eleven).
-    referenced: Box<[ObjectKey]>,
+    /// The Services its compile resolved, sorted (usually one, kept inline: a
+    /// one-element BTreeSet would hold a node of eleven).
+    referenced: Referenced,
     /// Its attachment, decided on the Gateway side as it stood then.
     attached: Option<Attached>,
     /// Its rule actions per Gateway it serves on, for the Snapshot (see `translate`).
@@ -297,7 +297,7 @@ impl RouteMemo {
 
     /// Where the routes the last run compiled again or dropped were placed before (see
     /// `retired`); empty unless translation may patch.
-    pub(super) fn take_retired(&mut self) -> Vec<(RouteId, Vec<Placement>)> {
+    pub(super) fn take_retired(&mut self) -> Vec<(RouteId, Placements)> {
         std::mem::take(&mut self.retired)
     }
 
@@ -433,7 +433,7 @@ struct Work<'w, 's> {
     listener_routes: &'w mut BTreeMap<(ObjectKey, usize), usize>,
     changed: &'w mut Vec<RouteId>,
     /// Where dropped entries were placed, kept when translation may patch.
-    retired: Option<&'w mut Vec<(RouteId, Vec<Placement>)>>,
+    retired: Option<&'w mut Vec<(RouteId, Placements)>>,
     redone: &'w mut Redone,
     resolver: &'w mut BackendResolver<'s>,
 }

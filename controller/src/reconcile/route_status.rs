@@ -96,7 +96,7 @@ pub(super) fn parent_status(
 }
 
 /// ResolvedRefs from a route's first backendRef problem.
-pub(super) fn refs_decided(generation: i64, refs: &Result<(), RefProblem>) -> Decided<'_> {
+pub(super) fn refs_decided(generation: i64, refs: &Result<(), Box<RefProblem>>) -> Decided<'_> {
     match refs {
         Ok(()) => Decided::resolved_refs(generation),
         Err(p) => Decided::unresolved_refs(generation, p.reason, &p.message),
