@@ -62,7 +62,7 @@ struct Contribution {
     listener: usize,
     grpc: bool,
     route: Arc<RouteModel>,
-    actions: Arc<Actions>,
+    actions: Actions,
 }
 
 impl Contribution {
@@ -80,7 +80,7 @@ impl Contribution {
 /// Per Gateway a route serves on (usually one), its rule actions there. Kept with the
 /// route, so they go when the route is compiled again or removed.
 #[derive(Default)]
-pub struct RouteActions(SmallVec<[(ObjectKey, Arc<Actions>); 1]>);
+pub struct RouteActions(SmallVec<[(ObjectKey, Actions); 1]>);
 
 impl RouteActions {
     /// Keeps the actions of the Gateways `keep` names.
@@ -95,30 +95,48 @@ impl RouteActions {
         key: &ObjectKey,
         (gateway, client): (&Arc<str>, &Client),
         route: &RouteModel,
-    ) -> Arc<Actions> {
-        let same = |a: &Client| match (a, client) {
-            (None, None) => true,
-            (Some(a), Some(b)) => a.same(b),
-            _ => false,
-        };
+    ) -> Actions {
         if let Some(at) = self.0.iter().position(|(gw, _)| gw == key) {
-            if let Some((_, acts)) = self.0.get(at).filter(|(_, a)| same(&a.client)) {
-                return Arc::clone(acts);
+            if let Some((_, acts)) = self.0.get(at).filter(|(_, a)| a.made_with(client)) {
+                return acts.clone();
             }
             self.0.swap_remove(at);
         }
-        let acts = Arc::new(rule_actions(gateway, client, route));
-        self.0.push((key.clone(), Arc::clone(&acts)));
+        let acts = rule_actions(gateway, client, route);
+        self.0.push((key.clone(), acts.clone()));
         acts
     }
 }
 
-/// One route's rule actions on one Gateway.
+/// One route's rule actions on one Gateway. A copy shares the rules; one rule is kept
+/// inline (an `Arc` around the list was an allocation per route and Gateway).
+#[derive(Clone)]
 pub struct Actions {
-    name: Arc<str>,
     rules: SmallVec<[Arc<RuleAction>; 1]>,
-    /// The Gateway's backend client certificate the rules were made with.
-    client: Client,
+}
+
+impl Actions {
+    /// Whether the rules present `client` to TLS backends (the Gateway's certificate
+    /// they were made with). A route without rules serves alike with any.
+    fn made_with(&self, client: &Client) -> bool {
+        self.rules
+            .first()
+            .is_none_or(|r| match (&r.backend_client_cert, client) {
+                (None, None) => true,
+                (Some(a), Some(b)) => a.same(b),
+                _ => false,
+            })
+    }
+
+    /// Whether the two are copies of one build.
+    fn same(&self, other: &Actions) -> bool {
+        self.rules.len() == other.rules.len()
+            && self
+                .rules
+                .iter()
+                .zip(&other.rules)
+                .all(|(a, b)| Arc::ptr_eq(a, b))
+    }
 }
 
 /// A Gateway's backend client certificate (`spec.tls.backend`), if it has one.
@@ -256,7 +274,7 @@ impl TranslateMemo {
                     listener: p.listener,
                     grpc: id.grpc,
                     route: Arc::clone(model),
-                    actions: Arc::clone(&acts),
+                    actions: acts.clone(),
                 };
                 // A full build visits routes in order: append without a search.
                 match h.contributions.last() {
@@ -302,7 +320,7 @@ impl Socket {
                     && o.contributions
                         .iter()
                         .zip(&h.contributions)
-                        .all(|(a, b)| Arc::ptr_eq(&a.actions, &b.actions))
+                        .all(|(a, b)| a.actions.same(&b.actions))
             };
             match old.and_then(|o| o.get(name)) {
                 Some(o) if same(o) => h.vhost = Arc::clone(&o.vhost),
@@ -414,7 +432,7 @@ fn virtual_host(contributions: &[Contribution]) -> VirtualHost {
                     matcher: m.clone(),
                     order: RouteOrder {
                         created: route.created,
-                        route: Arc::clone(&actions.name),
+                        route: Arc::clone(&action.route),
                         rule: u32::try_from(ri).unwrap_or(u32::MAX),
                         index: u32::try_from(mi).unwrap_or(u32::MAX),
                     },
@@ -502,9 +520,5 @@ fn rule_actions(gateway: &Arc<str>, client: &Client, route: &RouteModel) -> Acti
             })
         })
         .collect();
-    Actions {
-        name,
-        rules,
-        client: client.clone(),
-    }
+    Actions { rules }
 }
