@@ -22,6 +22,7 @@ fn main() -> ExitCode {
 fn run(command: Command, log_format: LogFormat) -> anyhow::Result<()> {
     match command {
         Command::Run(args) => {
+            aether_proxy::trim::keep_large_allocations_mapped();
             let config = args.into_config(log_format, |name| std::env::var(name).ok())?;
             let count = config.process.workers;
             let workers = Workers::spawn(count)?;

@@ -46,6 +46,40 @@ pub fn spawn() {
     });
 }
 
+/// The size from which glibc serves an allocation by its own mapping, which a free
+/// gives straight back to the kernel: glibc's own starting value.
+const MMAP_THRESHOLD: libc::c_int = 128 * 1024;
+
+/// Keeps large allocations in mappings of their own for good. glibc raises the size
+/// from which it maps an allocation to that of the largest mapped block freed so far
+/// (up to 32 MiB), so once a first load has freed its manifest text, the next load's
+/// large temporaries (the text, its document lists, a batch of compiled routes) come
+/// from the arena, where they end between the long-lived data made after them and stay
+/// resident once freed. Fixed, they come and go whole: 1.2 MiB less resident at
+/// 5,000 routes (benches/RESULTS.md, issue 14, session 31). Left alone when the
+/// environment sets glibc's threshold. Call before the process starts threads.
+pub fn keep_large_allocations_mapped() {
+    let set_by_env = std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some()
+        || std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("mmap_threshold"));
+    if !set_by_env {
+        set_mmap_threshold(MMAP_THRESHOLD);
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[expect(unsafe_code, reason = "glibc's mallopt has no safe wrapper")]
+fn set_mmap_threshold(bytes: libc::c_int) {
+    // SAFETY: mallopt takes no pointers; it is called before the process starts
+    // threads, and glibc takes the main arena's lock for it.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, bytes);
+    }
+}
+
+/// Other allocators decide for themselves.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn set_mmap_threshold(_bytes: libc::c_int) {}
+
 /// Returns the free pages of every arena to the kernel; true if any went.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[expect(unsafe_code, reason = "glibc's malloc_trim has no safe wrapper")]
