@@ -49,7 +49,7 @@ fn compile_match(m: &HttpRouteRulesMatches) -> Result<RequestMatch, String> {
                 HttpRouteRulesMatchesPathType::Exact => PathMatch::Exact(value.into()),
                 HttpRouteRulesMatchesPathType::PathPrefix => PathMatch::prefix(value),
                 HttpRouteRulesMatchesPathType::RegularExpression => {
-                    PathMatch::Regex(Box::new(anchored(value)?))
+                    PathMatch::Regex(std::sync::Arc::new(anchored(value)?))
                 }
             }
         }

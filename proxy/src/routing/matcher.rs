@@ -1,20 +1,23 @@
 //! One HTTPRouteMatch, compiled, and the spec's precedence between matches as an `Ord`.
 
 use std::cmp::Ordering;
+use std::sync::Arc;
 
 use http::{HeaderMap, HeaderName, Method};
 use regex::Regex;
 use serde::{Serialize, Serializer};
 
-/// How a request path is matched.
+/// How a request path is matched. Shared (`Arc`), as is the rest of a
+/// [`RequestMatch`]: a route's compiled matches are kept by the Store and copied into
+/// every route table entry, and a copy of a boxed path was an allocation per route.
 #[derive(Debug, Clone)]
 pub enum PathMatch {
-    Exact(Box<str>),
+    Exact(Arc<str>),
     /// Stored without a trailing slash ("/" becomes ""), so that matching is
     /// segment-wise: `/foo` matches `/foo` and `/foo/bar`, never `/foobar`.
-    Prefix(Box<str>),
-    /// Boxed: a `Regex` is twice a path's size, and rare.
-    Regex(Box<Regex>),
+    Prefix(Arc<str>),
+    /// Behind a pointer: a `Regex` is twice a path's size, and rare.
+    Regex(Arc<Regex>),
 }
 
 /// Regexes compare by their pattern: two compiled from one pattern match alike.
@@ -103,7 +106,7 @@ pub struct QueryMatch {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestMatch {
     pub path: PathMatch,
-    more: Option<Box<MoreTests>>,
+    more: Option<Arc<MoreTests>>,
 }
 
 /// A match's tests besides the path; never all empty (then there is no box).
@@ -134,7 +137,7 @@ impl RequestMatch {
         query: Vec<QueryMatch>,
     ) -> Self {
         let more = (method.is_some() || !headers.is_empty() || !query.is_empty()).then(|| {
-            Box::new(MoreTests {
+            Arc::new(MoreTests {
                 method,
                 headers: headers.into(),
                 query: query.into(),
