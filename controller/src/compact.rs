@@ -14,6 +14,8 @@
 
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use aether_proxy::routing::RequestMatch;
 use gateway_api::httproutes::{
     HttpRoute, HttpRouteParentRefs, HttpRouteRules, HttpRouteRulesBackendRefs,
@@ -64,7 +66,8 @@ pub struct StoredRoute {
 /// empty one (the spec gives both one meaning). The elements are gateway-api's.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RouteSpec {
-    pub hostnames: Box<[Box<str>]>,
+    /// Usually one, kept inline (a boxed list of one was an allocation per route).
+    pub hostnames: SmallVec<[Box<str>; 1]>,
     /// Shared with a neighbouring route that lists the same parents (see
     /// [`StoredRoute::share_parents`]): most routes name the same Gateway or two.
     pub parent_refs: Arc<[HttpRouteParentRefs]>,
@@ -198,9 +201,13 @@ impl StoredRoute {
 impl RouteSpec {
     fn new(spec: HttpRouteSpec) -> Self {
         Self {
-            hostnames: (spec.hostnames.unwrap_or_default().into_iter())
-                .map(String::into_boxed_str)
-                .collect(),
+            hostnames: {
+                let mut names: SmallVec<_> = (spec.hostnames.unwrap_or_default().into_iter())
+                    .map(String::into_boxed_str)
+                    .collect();
+                names.shrink_to_fit();
+                names
+            },
             parent_refs: spec.parent_refs.unwrap_or_default().into(),
             rules: (spec.rules.unwrap_or_default().into_iter())
                 .map(RuleSpec::new)

@@ -207,7 +207,8 @@ fn rule_timeouts(
 pub struct Placement {
     pub gateway: ObjectKey,
     pub listener: usize,
-    pub hostnames: Arc<[Option<String>]>,
+    /// Usually one, kept inline (a shared list of one was an allocation per route).
+    pub hostnames: smallvec::SmallVec<[Option<String>; 1]>,
 }
 
 /// What attaching one route decided: its status and where it serves.
@@ -370,7 +371,7 @@ fn attach_one<'a>(
             placements.push(Placement {
                 gateway: gateway.key.clone(),
                 listener: i,
-                hostnames: isolated(gateway, i, hostnames).into(),
+                hostnames: smallvec::SmallVec::from_vec(isolated(gateway, i, hostnames)),
             });
             attached += 1;
         }
