@@ -440,11 +440,14 @@ pub const DURATION_BUCKETS: &[f64] = &[
 /// 120,000 series). A route's counter cell is made by its first answer, not when the
 /// Snapshot is built: at 5,000 idle routes the cells and their table's entries were
 /// 0.8 MiB. The cells are held inline by each rule (an `Arc` of them was an allocation
-/// per route); the rules of one route find the same counter cell, as it is kept by
-/// (Gateway, route). A listener holds its unrouted stats in an `Arc`, which a request
-/// that matched no route clones.
+/// per route): a route's rules hold copies of one `new` (handles cloned, no registry
+/// lookup), and find the same counter cell, as it is kept by (Gateway, route). A
+/// listener holds its unrouted stats in an `Arc`, which a request that matched no route
+/// clones.
+#[derive(Clone)]
 pub struct RouteStats(Cells);
 
+#[derive(Clone)]
 struct Cells {
     gateway: Arc<crate::series::GatewaySeries>,
     route: Arc<str>,

@@ -485,6 +485,7 @@ impl PortPlan {
 
 fn rule_actions(gateway: &Arc<str>, client: &Client, route: &RouteModel) -> Actions {
     let name = route.key.joined();
+    let stats = RouteStats::new(Arc::clone(gateway), route.kind, Arc::clone(&name));
     let rules = route
         .rules
         .iter()
@@ -516,7 +517,7 @@ fn rule_actions(gateway: &Arc<str>, client: &Client, route: &RouteModel) -> Acti
                 timeout: rule.timeout,
                 retry: rule.retry.clone(),
                 backend_client_cert: client.clone(),
-                stats: RouteStats::new(Arc::clone(gateway), route.kind, Arc::clone(&name)),
+                stats: stats.clone(),
             })
         })
         .collect();
