@@ -103,6 +103,7 @@ impl Publisher {
         counter!(aether_proxy::telemetry::RECONCILE_ROUTES_ATTACHED_TOTAL)
             .increment(outcome.redone.attached as u64);
         gauge!(aether_proxy::telemetry::CONFIG_GENERATION).set(self.generation as f64);
+        aether_proxy::trim::after_large_change(outcome.redone.compiled);
         self.current = Some(Published {
             snapshot: Arc::new(snapshot),
             statuses: outcome.statuses,

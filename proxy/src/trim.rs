@@ -8,6 +8,12 @@
 //! of every arena; HAProxy calls it after it releases its pools for the same reason.
 //! It walks each arena under that arena's lock, so it runs on a blocking thread of the
 //! control plane, and only once enough has been freed since the last time.
+//!
+//! A large configuration change leaves the same kind of holes: the objects it parsed,
+//! the maps it compiled routes through and the models it replaced are freed after the
+//! long-lived results were allocated among them (0.9 MiB of free pages at 5,000
+//! routes, `benches/RESULTS.md`, issue 14, session 32). The control plane says when a
+//! change was large ([`after_large_change`]), as it cannot count what it freed.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -23,6 +29,19 @@ const AT_LEAST: usize = 1 << 20;
 /// Counts `bytes` freed that a trim could give back.
 pub(crate) fn freed(bytes: usize) {
     FREED.fetch_add(bytes, Ordering::Relaxed);
+}
+
+/// Routes compiled again from which a change counts as large. A one-route change
+/// leaves a few KiB of holes, not worth a walk of every arena; a first load, a
+/// change that every route reads (a grant, a policy) or a large file does.
+pub const LARGE_CHANGE_ROUTES: usize = 1_000;
+
+/// A change that compiled `routes` routes again was published: if it was large, the
+/// next check trims, whatever the relay has freed.
+pub fn after_large_change(routes: usize) {
+    if routes >= LARGE_CHANGE_ROUTES {
+        freed(AT_LEAST);
+    }
 }
 
 /// Whether enough was freed since the last trim; if so, the count starts again.
@@ -108,5 +127,10 @@ mod tests {
         freed(AT_LEAST / 2);
         assert!(due());
         assert!(!due(), "the count starts again after a trim");
+        after_large_change(LARGE_CHANGE_ROUTES - 1);
+        assert!(!due(), "a small change is not worth a trim");
+        after_large_change(LARGE_CHANGE_ROUTES);
+        assert!(due(), "a large change is");
+        assert!(!due());
     }
 }
