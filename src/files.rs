@@ -181,7 +181,7 @@ impl FileSource {
             }
             match manifest::parse_document(file, first_line, doc) {
                 Ok(object) => {
-                    let id = object.as_ref().map(|o| o.id_in(&mut self.store));
+                    let id = object.as_ref().map(|o| o.id());
                     if let Some(object) = object {
                         parsed.insert(doc_hash, object);
                     }

@@ -32,7 +32,7 @@ pub async fn run(
     // nothing either, even though it runs with the shared edge's flags.
     let dedicated = match (&config.dedicated_pod_template, &config.serve_gateway) {
         (Some(path), None) => Some(DedicatedSettings {
-            namespace: config.edge_service.namespace.to_string(),
+            namespace: config.edge_service.namespace().to_string(),
             template: load_template(path).await?,
         }),
         _ => None,
@@ -79,7 +79,7 @@ pub async fn run(
         let writer_lease = lease::spawn(
             client,
             LeaseConfig {
-                namespace: config.edge_service.namespace.to_string(),
+                namespace: config.edge_service.namespace().to_string(),
                 name: config.writer_lease.clone(),
                 identity: identity(),
                 duration: config.lease_duration,

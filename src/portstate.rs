@@ -52,8 +52,8 @@ pub fn render(statuses: &Statuses) -> String {
         .iter()
         .map(|((kind, key), s)| Entry {
             kind: *kind,
-            namespace: key.namespace.to_string(),
-            name: key.name.to_string(),
+            namespace: key.namespace().to_string(),
+            name: key.name().to_string(),
             generation: s.generation,
             status: (*s.status).clone(),
         })

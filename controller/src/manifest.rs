@@ -17,6 +17,7 @@ use crate::route_ext::HttpRouteExt;
 use crate::store::Object;
 use gateway_api::grpcroutes::GrpcRoute;
 use gateway_api::httproutes::HttpRoute;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Why a document or file could not be loaded.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -83,8 +84,15 @@ pub fn parse_document(
         .map_err(|e| err(e.location().map(|l| l.line()), first_error_line(&e)))?;
     match decode(&meta, doc) {
         Ok(Some(obj)) => {
-            if obj.meta().name.as_deref().unwrap_or_default().is_empty() {
+            let meta = obj.meta();
+            if meta.name.as_deref().unwrap_or_default().is_empty() {
                 Err(err(None, format!("{} has no metadata.name", obj.kind())))
+            } else if let Some(field) = slashed(meta) {
+                // As the API server says: a key is `namespace/name` split at its `/`.
+                Err(err(
+                    None,
+                    format!("{} {field} may not contain '/'", obj.kind()),
+                ))
             } else {
                 Ok(Some(obj))
             }
@@ -97,6 +105,18 @@ pub fn parse_document(
             e.location().map(|l| l.line()),
             format!("invalid {}: {}", meta.kind, first_error_line(&e)),
         )),
+    }
+}
+
+/// The first of `metadata.name` and `metadata.namespace` that holds a `/`.
+fn slashed(meta: &ObjectMeta) -> Option<&'static str> {
+    let has = |v: &Option<String>| v.as_deref().is_some_and(|v| v.contains('/'));
+    if has(&meta.name) {
+        Some("metadata.name")
+    } else if has(&meta.namespace) {
+        Some("metadata.namespace")
+    } else {
+        None
     }
 }
 
@@ -279,6 +299,27 @@ metadata:
             parsed.errors[0].reason.contains("gatewayClassName"),
             "{}",
             parsed.errors[0]
+        );
+    }
+
+    #[test]
+    fn a_slash_in_a_name_or_namespace_is_refused_and_the_rest_still_load() {
+        let service =
+            |meta: &str| format!("---\napiVersion: v1\nkind: Service\nmetadata:\n{meta}\n");
+        let text = format!(
+            "{GOOD}{}{}",
+            service("  name: a/b"),
+            service("  name: b\n  namespace: x/y")
+        );
+        let parsed = parse(Path::new("d.yaml"), &text);
+        assert_eq!(parsed.objects.len(), 1, "{:?}", parsed.errors);
+        let reasons: Vec<_> = parsed.errors.iter().map(|e| e.reason.as_str()).collect();
+        assert_eq!(
+            reasons,
+            [
+                "Service metadata.name may not contain '/'",
+                "Service metadata.namespace may not contain '/'"
+            ]
         );
     }
 }

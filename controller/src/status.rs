@@ -108,7 +108,7 @@ impl Statuses {
             .iter()
             .map(|(n, s)| item("GatewayClass", n, None, s));
         let gateways = self.gateways.iter().map(|(k, s)| {
-            let mut v = item("Gateway", &k.name, Some(&k.namespace), s);
+            let mut v = item("Gateway", k.name(), Some(k.namespace()), s);
             if let Some(scopes) = self.address_routability.get(k) {
                 let scopes: Vec<Option<String>> = scopes.iter().cloned().map(Some).collect();
                 v["status"] = with_routability(v["status"].take(), &scopes);
@@ -118,23 +118,23 @@ impl Statuses {
         let routes = self
             .http_routes
             .iter()
-            .map(|(k, s)| item("HTTPRoute", &k.name, Some(&k.namespace), s));
+            .map(|(k, s)| item("HTTPRoute", k.name(), Some(k.namespace()), s));
         let grpc_routes = self
             .grpc_routes
             .iter()
-            .map(|(k, s)| item("GRPCRoute", &k.name, Some(&k.namespace), s));
+            .map(|(k, s)| item("GRPCRoute", k.name(), Some(k.namespace()), s));
         let l4 = self
             .l4_routes
             .iter()
-            .map(|((kind, k), s)| item(kind.as_str(), &k.name, Some(&k.namespace), s));
+            .map(|((kind, k), s)| item(kind.as_str(), k.name(), Some(k.namespace()), s));
         let sets = self
             .listener_sets
             .iter()
-            .map(|(k, s)| item("ListenerSet", &k.name, Some(&k.namespace), s));
+            .map(|(k, s)| item("ListenerSet", k.name(), Some(k.namespace()), s));
         let policies = self
             .backend_tls_policies
             .iter()
-            .map(|(k, s)| item("BackendTLSPolicy", &k.name, Some(&k.namespace), s));
+            .map(|(k, s)| item("BackendTLSPolicy", k.name(), Some(k.namespace()), s));
         classes
             .chain(gateways)
             .chain(sets)
@@ -544,7 +544,7 @@ mod tests {
             .iter()
             .map(|(k, s)| {
                 let c = &s.status.parents[0].conditions[0];
-                (k.name.to_string(), c.last_transition_time.0)
+                (k.name().to_string(), c.last_transition_time.0)
             })
             .collect()
     }

@@ -19,60 +19,40 @@ use crate::gateway_ext::GatewayExt;
 use crate::l4route::{L4Kind, L4Route};
 use crate::route_ext::HttpRouteExt;
 
-/// `namespace/name` of a namespaced object. The reconciler copies keys into every map
-/// that remembers something per object, on every run: shared strings make a copy two
-/// count increments instead of two allocations.
+/// `namespace/name` of a namespaced object (an empty namespace for the cluster-scoped
+/// GatewayClass and Namespace). The reconciler copies keys into every map that
+/// remembers something per object, on every run: a route's key is in a dozen maps and
+/// lists (the Store, the route memo and its indexes, both status maps, placements,
+/// actions), so a key is one thin pointer, and a copy one count increment.
 ///
-/// Keys copied from one another share their strings, and the reconciler compares such
+/// It points to the text `namespace/name` itself, which is also the name routes and
+/// Gateways carry into the Snapshot ([`Self::joined`]): one allocation per key where
+/// a pair of names behind a pointer, and the joined name beside it, were three (0.45
+/// MiB at 5,000 routes, `benches/RESULTS.md`, issue 14, session 32). The namespace
+/// ends at the first `/`: Kubernetes forbids `/` in namespaces and names, and manifests
+/// with one are refused (`manifest::parse_document`), so no stored object's key is
+/// ambiguous; a reference that spells one merely names no object.
+///
+/// Keys copied from one another share their text, and the reconciler compares such
 /// copies on every run (its memos against the Store): equal pointers answer without
-/// reading the strings.
-///
-/// One thin pointer to the pair: a route's key is copied into a dozen maps and lists
-/// (the Store, the route memo and its indexes, both status maps, placements, actions),
-/// and at 32 bytes a copy those copies were about 1.4 MiB at 5,000 routes. The names
-/// are read through `Deref` (`key.namespace`, `key.name`).
+/// reading the text. Ordered and hashed as the pair (namespace, name), as
+/// [`KeyParts`] is.
 #[derive(Clone)]
-pub struct ObjectKey(Arc<KeyNames>);
-
-/// The names an [`ObjectKey`] points to.
-pub struct KeyNames {
-    pub namespace: Arc<str>,
-    pub name: Arc<str>,
-}
-
-impl std::ops::Deref for ObjectKey {
-    type Target = KeyNames;
-
-    fn deref(&self) -> &KeyNames {
-        &self.0
-    }
-}
+pub struct ObjectKey(Arc<str>);
 
 impl fmt::Debug for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ObjectKey")
-            .field("namespace", &self.namespace)
-            .field("name", &self.name)
+            .field("namespace", &self.namespace())
+            .field("name", &self.name())
             .finish()
-    }
-}
-
-fn same_str(a: &Arc<str>, b: &Arc<str>) -> bool {
-    Arc::ptr_eq(a, b) || a == b
-}
-
-fn cmp_str(a: &Arc<str>, b: &Arc<str>) -> std::cmp::Ordering {
-    if Arc::ptr_eq(a, b) {
-        std::cmp::Ordering::Equal
-    } else {
-        a.cmp(b)
     }
 }
 
 impl PartialEq for ObjectKey {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-            || (same_str(&self.name, &other.name) && same_str(&self.namespace, &other.namespace))
+        // The same pair always makes the same text.
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
     }
 }
 
@@ -81,8 +61,8 @@ impl Eq for ObjectKey {}
 /// By content, as equality is (shared pointers are only a shortcut to it).
 impl std::hash::Hash for ObjectKey {
     fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        self.namespace.hash(state);
-        self.name.hash(state);
+        self.namespace().hash(state);
+        self.name().hash(state);
     }
 }
 
@@ -91,7 +71,20 @@ impl Ord for ObjectKey {
         if Arc::ptr_eq(&self.0, &other.0) {
             return std::cmp::Ordering::Equal;
         }
-        cmp_str(&self.namespace, &other.namespace).then_with(|| cmp_str(&self.name, &other.name))
+        // As the pair (namespace, name), which is the texts' order but where one
+        // namespace is the other's beginning: `a/y` before `a-b/x`, though `-` sorts
+        // before `/`. The reconciler's maps compare keys millions of times in a first
+        // load, so without splitting either.
+        let (a, b) = (self.0.as_bytes(), other.0.as_bytes());
+        let same = a.iter().zip(b).take_while(|(x, y)| x == y).count();
+        if !a[..same].contains(&b'/') {
+            match (a.get(same), b.get(same)) {
+                (Some(b'/'), Some(_)) => return std::cmp::Ordering::Less,
+                (Some(_), Some(b'/')) => return std::cmp::Ordering::Greater,
+                _ => {}
+            }
+        }
+        a[same..].cmp(&b[same..])
     }
 }
 
@@ -102,18 +95,24 @@ impl PartialOrd for ObjectKey {
 }
 
 impl ObjectKey {
-    pub fn new(namespace: impl Into<Arc<str>>, name: impl Into<Arc<str>>) -> Self {
-        Self(Arc::new(KeyNames {
-            namespace: namespace.into(),
-            name: name.into(),
-        }))
+    pub fn new(namespace: impl AsRef<str>, name: impl AsRef<str>) -> Self {
+        Self([namespace.as_ref(), "/", name.as_ref()].concat().into())
+    }
+
+    pub fn namespace(&self) -> &str {
+        self.0
+            .split_once('/')
+            .map_or("", |(namespace, _)| namespace)
+    }
+
+    pub fn name(&self) -> &str {
+        self.0.split_once('/').map_or(&*self.0, |(_, name)| name)
     }
 
     /// `namespace/name` as one shared string (the name routes and Gateways carry into
-    /// the Snapshot), built without the formatting machinery: a reload makes one per
-    /// route.
+    /// the Snapshot): the key's own text, so no allocation.
     pub fn joined(&self) -> Arc<str> {
-        [&*self.namespace, "/", &*self.name].concat().into()
+        Arc::clone(&self.0)
     }
 
     /// The key of a namespaced object; objects without a namespace live in `default`,
@@ -136,7 +135,7 @@ pub trait KeyParts {
 
 impl KeyParts for ObjectKey {
     fn parts(&self) -> (&str, &str) {
-        (&self.namespace, &self.name)
+        self.0.split_once('/').unwrap_or(("", &*self.0))
     }
 }
 
@@ -182,7 +181,7 @@ impl std::hash::Hash for dyn KeyParts + '_ {
 
 impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
+        f.write_str(&self.0)
     }
 }
 
@@ -291,25 +290,13 @@ impl Object {
         }
     }
 
-    /// The object's identity, with the namespace defaulted as [`Store::apply`] does.
+    /// The object's identity, with the namespace defaulted as [`Store::apply`] does
+    /// (cluster-scoped objects have none).
     pub fn id(&self) -> ObjectId {
-        self.id_with(|namespace| Arc::from(namespace))
-    }
-
-    /// [`Self::id`] with its namespace the Store's shared copy: a source that keeps
-    /// every object's id (the file source, per document) then holds one string per
-    /// namespace instead of one per object.
-    pub fn id_in(&self, store: &mut Store) -> ObjectId {
-        self.id_with(|namespace| store.namespace_name(namespace))
-    }
-
-    /// The id, its namespace's string made by `namespace` (cluster-scoped objects have
-    /// none).
-    fn id_with(&self, namespace: impl FnOnce(&str) -> Arc<str>) -> ObjectId {
         let meta = self.meta();
         let namespace = match self {
-            Object::GatewayClass(_) | Object::Namespace(_) => Arc::from(""),
-            _ => namespace(meta.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE)),
+            Object::GatewayClass(_) | Object::Namespace(_) => "",
+            _ => meta.namespace.as_deref().unwrap_or(DEFAULT_NAMESPACE),
         };
         ObjectId {
             kind: self.kind(),
@@ -423,30 +410,9 @@ pub struct Store {
     /// it (Kubernetes mode: set by the Service applier, not by a watch; see
     /// `kube::apply_errors`). The reconcile reports it in the Gateway's status.
     pub apply_failures: Map<ObjectKey, String>,
-    /// Every namespace an object's key has named, once: keys share their namespace's
-    /// string, so two keys in one namespace compare it by pointer (the reconciler's
-    /// maps compare keys millions of times in a first load) and it is stored once.
-    namespace_names: imbl::OrdSet<Arc<str>>,
-}
-
-/// The shared copy of namespace name `namespace`, made on first use.
-fn interned(names: &mut imbl::OrdSet<Arc<str>>, namespace: &str) -> Arc<str> {
-    match names.get(namespace) {
-        Some(known) => Arc::clone(known),
-        None => {
-            let new: Arc<str> = namespace.into();
-            names.insert(Arc::clone(&new));
-            new
-        }
-    }
 }
 
 impl Store {
-    /// The shared copy of namespace name `namespace` (see [`Object::id_in`]).
-    pub fn namespace_name(&mut self, namespace: &str) -> Arc<str> {
-        interned(&mut self.namespace_names, namespace)
-    }
-
     pub fn from_objects(objects: impl IntoIterator<Item = Object>) -> Self {
         let mut store = Self::default();
         for o in objects {
@@ -488,16 +454,16 @@ impl Store {
                 }
             }
         }
-        let names = &mut self.namespace_names;
-        let mut defaulted = |meta: &mut ObjectMeta| -> ObjectKey {
+        let defaulted = |meta: &mut ObjectMeta| -> ObjectKey {
             let namespace = meta
                 .namespace
                 .get_or_insert_with(|| DEFAULT_NAMESPACE.to_owned());
             let name = meta.name.as_deref().unwrap_or_default();
-            if let Some(key) = known.filter(|k| *k.namespace == **namespace && *k.name == *name) {
+            if let Some(key) = known.filter(|k| *k.namespace() == **namespace && *k.name() == *name)
+            {
                 return key.clone();
             }
-            ObjectKey::new(interned(names, namespace), name)
+            ObjectKey::new(namespace, name)
         };
         crate::compact::drop_bookkeeping(object.meta_mut());
         match object {
@@ -624,7 +590,7 @@ impl Store {
     pub fn contains(&self, id: &ObjectId) -> bool {
         let key = &id.key;
         match id.kind {
-            "GatewayClass" => self.gateway_classes.contains_key(&*key.name),
+            "GatewayClass" => self.gateway_classes.contains_key(key.name()),
             "Gateway" => self.gateways.contains_key(key),
             "HTTPRoute" => self.http_routes.contains_key(key),
             "GRPCRoute" => self.grpc_routes.contains_key(key),
@@ -634,7 +600,7 @@ impl Store {
             "ConfigMap" => self.config_maps.contains_key(key),
             "Service" => self.services.contains_key(key),
             "EndpointSlice" => self.endpoint_slices.contains_key(key),
-            "Namespace" => self.namespaces.contains_key(&*key.name),
+            "Namespace" => self.namespaces.contains_key(key.name()),
             "Pod" => self.pods.contains_key(key),
             "BackendTLSPolicy" => self.backend_tls_policies.contains_key(key),
             kind => {
@@ -653,7 +619,7 @@ impl Store {
     pub fn remove(&mut self, id: &ObjectId) -> bool {
         let key = &id.key;
         match id.kind {
-            "GatewayClass" => self.gateway_classes.remove(&*key.name).is_some(),
+            "GatewayClass" => self.gateway_classes.remove(key.name()).is_some(),
             "Gateway" => {
                 self.gateway_ext.remove(key);
                 self.gateways.remove(key).is_some()
@@ -672,7 +638,7 @@ impl Store {
             "ConfigMap" => self.config_maps.remove(key).is_some(),
             "Service" => self.services.remove(key).is_some(),
             "EndpointSlice" => self.endpoint_slices.remove(key).is_some(),
-            "Namespace" => self.namespaces.remove(&*key.name).is_some(),
+            "Namespace" => self.namespaces.remove(key.name()).is_some(),
             "Pod" => self.pods.remove(key).is_some(),
             "BackendTLSPolicy" => self.backend_tls_policies.remove(key).is_some(),
             kind => {
@@ -706,7 +672,7 @@ impl Store {
     ) -> bool {
         self.reference_grants
             .range(ObjectKey::new(to_namespace, "")..)
-            .take_while(|(k, _)| &*k.namespace == to_namespace)
+            .take_while(|(k, _)| k.namespace() == to_namespace)
             .any(|(_, grant)| {
                 let from_ok = grant.spec.from.iter().any(|f| {
                     f.group == "gateway.networking.k8s.io"
@@ -730,7 +696,7 @@ impl Store {
             .and_then(|s| s.service_account_name.as_deref())
             .filter(|s| !s.is_empty())
             .unwrap_or("default");
-        Some(format!("/ns/{}/sa/{sa}", key.namespace))
+        Some(format!("/ns/{}/sa/{sa}", key.namespace()))
     }
 
     /// Labels of a namespace; a namespace the Store has never seen has none except the
@@ -765,6 +731,33 @@ fn trimmed(pod: Pod) -> Pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_reads_back_its_names_and_orders_as_the_pair() {
+        let keys = [
+            ObjectKey::new("a", "y"),
+            ObjectKey::new("a-b", "x"),
+            ObjectKey::new("", "class"),
+            ObjectKey::new("a", "y-z"),
+            ObjectKey::new("ab", "a"),
+            ObjectKey::new("a", "y/z"),
+        ];
+        for key in &keys {
+            assert_eq!(ObjectKey::new(key.namespace(), key.name()), *key, "{key:?}");
+            assert_eq!(*key.joined(), format!("{}/{}", key.namespace(), key.name()));
+        }
+        assert_eq!((keys[5].namespace(), keys[5].name()), ("a", "y/z"));
+        assert_eq!((keys[2].namespace(), keys[2].name()), ("", "class"));
+        for a in &keys {
+            for b in &keys {
+                let pair = (a.namespace(), a.name()).cmp(&(b.namespace(), b.name()));
+                assert_eq!(a.cmp(b), pair, "{a:?} against {b:?}");
+                let parts: &dyn KeyParts = &(b.namespace(), b.name());
+                let key: &dyn KeyParts = std::borrow::Borrow::borrow(a);
+                assert_eq!(key.cmp(parts), pair, "{a:?} against {b:?}");
+            }
+        }
+    }
 
     #[test]
     fn a_packed_map_holds_the_same_entries_in_order() {

@@ -135,8 +135,8 @@ impl ServiceApplier {
         // be harmless, but the order keeps the log readable.
         for ((kind, key), value) in to_apply {
             let result = self
-                .api(kind, &key.namespace)
-                .patch(&key.name, &params, &Patch::Apply(&value))
+                .api(kind, key.namespace())
+                .patch(key.name(), &params, &Patch::Apply(&value))
                 .await
                 .map(drop);
             counter!(aether_proxy::telemetry::SERVICE_WRITES_TOTAL, "op" => "apply", "kind" => kind.as_str(), "result" => if result.is_ok() { "ok" } else { "error" }).increment(1);
@@ -158,8 +158,8 @@ impl ServiceApplier {
         for (kind, key) in to_delete {
             let dp = DeleteParams::default();
             let result = self
-                .api(kind, &key.namespace)
-                .delete(&key.name, &dp)
+                .api(kind, key.namespace())
+                .delete(key.name(), &dp)
                 .await
                 .map(drop);
             let ok = match &result {

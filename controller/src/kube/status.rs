@@ -430,9 +430,9 @@ impl StatusWriter {
             // The watch has not caught up with our own write yet.
             return None;
         }
-        let mut metadata = json!({ "name": key.name });
+        let mut metadata = json!({ "name": key.name() });
         if kind != StatusKind::GatewayClass {
-            metadata["namespace"] = json!(key.namespace);
+            metadata["namespace"] = json!(key.namespace());
         }
         // Routes' status.parents (and policies' ancestors) is an atomic list shared with
         // other controllers.
@@ -462,31 +462,31 @@ impl StatusWriter {
         let meta = match w.kind {
             StatusKind::GatewayClass => {
                 Api::<GatewayClass>::all(self.client.clone())
-                    .patch_status(&w.key.name, &params, &patch)
+                    .patch_status(w.key.name(), &params, &patch)
                     .await?
                     .metadata
             }
             StatusKind::Gateway => {
-                Api::<Gateway>::namespaced(self.client.clone(), &w.key.namespace)
-                    .patch_status(&w.key.name, &params, &patch)
+                Api::<Gateway>::namespaced(self.client.clone(), w.key.namespace())
+                    .patch_status(w.key.name(), &params, &patch)
                     .await?
                     .metadata
             }
             StatusKind::ListenerSet => {
-                Api::<ListenerSet>::namespaced(self.client.clone(), &w.key.namespace)
-                    .patch_status(&w.key.name, &params, &patch)
+                Api::<ListenerSet>::namespaced(self.client.clone(), w.key.namespace())
+                    .patch_status(w.key.name(), &params, &patch)
                     .await?
                     .metadata
             }
             StatusKind::BackendTlsPolicy => {
-                Api::<BackendTlsPolicy>::namespaced(self.client.clone(), &w.key.namespace)
-                    .patch_status(&w.key.name, &params, &patch)
+                Api::<BackendTlsPolicy>::namespaced(self.client.clone(), w.key.namespace())
+                    .patch_status(w.key.name(), &params, &patch)
                     .await?
                     .metadata
             }
             StatusKind::GrpcRoute => {
-                Api::<GrpcRoute>::namespaced(self.client.clone(), &w.key.namespace)
-                    .patch_status(&w.key.name, &params, &patch)
+                Api::<GrpcRoute>::namespaced(self.client.clone(), w.key.namespace())
+                    .patch_status(w.key.name(), &params, &patch)
                     .await?
                     .metadata
             }
@@ -496,16 +496,16 @@ impl StatusWriter {
                 let resource = ApiResource::from_gvk_with_plural(&gvk, &plural);
                 Api::<DynamicObject>::namespaced_with(
                     self.client.clone(),
-                    &w.key.namespace,
+                    w.key.namespace(),
                     &resource,
                 )
-                .patch_status(&w.key.name, &params, &patch)
+                .patch_status(w.key.name(), &params, &patch)
                 .await?
                 .metadata
             }
             StatusKind::HttpRoute => {
-                Api::<HttpRoute>::namespaced(self.client.clone(), &w.key.namespace)
-                    .patch_status(&w.key.name, &params, &patch)
+                Api::<HttpRoute>::namespaced(self.client.clone(), w.key.namespace())
+                    .patch_status(w.key.name(), &params, &patch)
                     .await?
                     .metadata
             }

@@ -348,12 +348,11 @@ impl Kind for EndpointSlice {
             .labels
             .as_ref()
             .and_then(|l| l.get(crate::reconcile::edge_slices::LABEL_SERVICE_NAME));
-        Some(service.map(|name| {
-            ObjectKey::new(
-                ObjectKey::of(&self.metadata).namespace.clone(),
-                name.as_str(),
-            )
-        }))
+        Some(
+            service.map(|name| {
+                ObjectKey::new(ObjectKey::of(&self.metadata).namespace(), name.as_str())
+            }),
+        )
     }
 }
 impl Kind for Secret {

@@ -97,7 +97,7 @@ impl<'s> BackendResolver<'s> {
     /// The Service an EndpointSlice belongs to, by its well-known label.
     pub fn service_of(slice_key: &ObjectKey, slice: &EndpointSlice) -> Option<ObjectKey> {
         let svc = slice.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?;
-        Some(ObjectKey::new(slice_key.namespace.clone(), svc.clone()))
+        Some(ObjectKey::new(slice_key.namespace(), svc.clone()))
     }
 
     fn slices_of(&mut self, service: &ObjectKey) -> &[&'s EndpointSlice] {
@@ -270,7 +270,7 @@ impl<'s> BackendResolver<'s> {
                 if ep.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
                     continue;
                 }
-                let peer = self.pod_identity(&key.namespace, ep.target_ref.as_ref());
+                let peer = self.pod_identity(key.namespace(), ep.target_ref.as_ref());
                 endpoints.extend(
                     ep.addresses
                         .iter()

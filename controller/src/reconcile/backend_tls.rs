@@ -77,7 +77,7 @@ impl PolicyIndex {
 
     fn add(&mut self, store: &Store, key: &ObjectKey, policy: &BackendTlsPolicy) {
         let generation = policy.metadata.generation.unwrap_or(1);
-        let (trust, resolved) = trust(store, &key.namespace, &policy.spec.validation);
+        let (trust, resolved) = trust(store, key.namespace(), &policy.spec.validation);
         let resolved = match resolved {
             None => cond::condition(
                 "ResolvedRefs",
@@ -102,7 +102,7 @@ impl PolicyIndex {
                 missing.push(format!("{} {} is not a Service", t.kind, t.name));
                 continue;
             }
-            let svc_key = ObjectKey::new(key.namespace.clone(), t.name.clone());
+            let svc_key = ObjectKey::new(key.namespace(), t.name.clone());
             let Some(svc) = store.services.get(&svc_key) else {
                 missing.push(format!("Service {svc_key} not found"));
                 continue;
@@ -217,7 +217,7 @@ impl PolicyIndex {
                 let (g, k) = (b.group.as_deref(), b.kind.as_deref());
                 (g, k, &*b.name, b.namespace.as_deref())
             });
-            routes.push((&key.namespace, &route.spec.parent_refs, refs.collect()));
+            routes.push((key.namespace(), &route.spec.parent_refs, refs.collect()));
         }
         // TLSRoutes: the policy applies to their Terminate listeners' backends.
         for ((kind, key), route) in &store.l4_routes {
@@ -231,7 +231,7 @@ impl PolicyIndex {
                 (g, k, b.name.as_str(), b.namespace.as_deref())
             });
             let parents = route.spec.parent_refs.as_deref().unwrap_or_default();
-            routes.push((&key.namespace, parents, refs.collect()));
+            routes.push((key.namespace(), parents, refs.collect()));
         }
         let mut behind: BTreeMap<ObjectKey, BTreeSet<ObjectKey>> = BTreeMap::new();
         for (ns, parents, refs) in routes {
@@ -274,8 +274,8 @@ impl PolicyIndex {
                         ancestor_ref: BackendTlsPolicyStatusAncestorsAncestorRef {
                             group: Some(GATEWAY_GROUP.to_owned()),
                             kind: Some("Gateway".to_owned()),
-                            name: gw.name.to_string(),
-                            namespace: Some(gw.namespace.to_string()),
+                            name: gw.name().to_string(),
+                            namespace: Some(gw.namespace().to_string()),
                             port: None,
                             section_name: None,
                         },

@@ -104,11 +104,16 @@ pub fn requested(gw: &Gateway) -> Option<Result<i32, String>> {
 /// The Deployment's (and its headless Service's) name: `aether-<namespace>-<gateway>`,
 /// shortened with a stable hash to stay a DNS label (it is also a label value).
 pub fn name(key: &ObjectKey) -> String {
-    let name = format!("aether-{}-{}", key.namespace, key.name);
+    let name = format!("aether-{}-{}", key.namespace(), key.name());
     if name.len() <= 63 {
         return name;
     }
-    let h = super::services::fnv1a_32(key.namespace.bytes().chain([b'/']).chain(key.name.bytes()));
+    let h = super::services::fnv1a_32(
+        key.namespace()
+            .bytes()
+            .chain([b'/'])
+            .chain(key.name().bytes()),
+    );
     let head: String = name.chars().take(54).collect();
     format!("{}-{h:08x}", head.trim_end_matches('-'))
 }
@@ -153,11 +158,11 @@ pub fn objects(
         .into_iter()
         .collect();
     let mut labels = infra_labels.clone();
-    labels.insert(LABEL_GATEWAY_NAME.to_owned(), key.name.to_string());
-    labels.insert(LABEL_GATEWAY_API_NAME.to_owned(), key.name.to_string());
+    labels.insert(LABEL_GATEWAY_NAME.to_owned(), key.name().to_string());
+    labels.insert(LABEL_GATEWAY_API_NAME.to_owned(), key.name().to_string());
     labels.insert(
         LABEL_GATEWAY_NAMESPACE.to_owned(),
-        key.namespace.to_string(),
+        key.namespace().to_string(),
     );
     labels.insert(LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned());
     let selector = selector_labels(&name);
@@ -177,11 +182,11 @@ pub fn objects(
     pod_labels.retain(|k, _| !k.starts_with("app.kubernetes.io/"));
     pod_labels.extend(infra_labels);
     pod_labels.extend(selector.clone());
-    pod_labels.insert(LABEL_GATEWAY_NAME.to_owned(), key.name.to_string());
-    pod_labels.insert(LABEL_GATEWAY_API_NAME.to_owned(), key.name.to_string());
+    pod_labels.insert(LABEL_GATEWAY_NAME.to_owned(), key.name().to_string());
+    pod_labels.insert(LABEL_GATEWAY_API_NAME.to_owned(), key.name().to_string());
     pod_labels.insert(
         LABEL_GATEWAY_NAMESPACE.to_owned(),
-        key.namespace.to_string(),
+        key.namespace().to_string(),
     );
     if !infra_annotations.is_empty() {
         pod_meta

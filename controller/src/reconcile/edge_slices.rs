@@ -34,8 +34,8 @@ pub fn edge_endpoints(store: &Store, edge: &ObjectKey) -> BTreeMap<String, Vec<E
             .labels
             .as_ref()
             .and_then(|l| l.get(LABEL_SERVICE_NAME))
-            .is_some_and(|s| **s == *edge.name);
-        if key.namespace != edge.namespace || !names_edge {
+            .is_some_and(|s| **s == *edge.name());
+        if key.namespace() != edge.namespace() || !names_edge {
             continue;
         }
         let family = by_type.entry(slice.address_type.clone()).or_default();
@@ -101,8 +101,8 @@ pub fn desired(
         (LABEL_SERVICE_NAME, service_name.as_str()),
         (LABEL_SLICE_MANAGED_BY, SLICE_MANAGED_BY),
         (LABEL_MANAGED_BY, MANAGED_BY),
-        (LABEL_GATEWAY_NAME, &*key.name),
-        (LABEL_GATEWAY_NAMESPACE, &*key.namespace),
+        (LABEL_GATEWAY_NAME, key.name()),
+        (LABEL_GATEWAY_NAMESPACE, key.namespace()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -130,7 +130,7 @@ pub fn desired(
         .map(|(family, endpoints)| EndpointSlice {
             metadata: ObjectMeta {
                 name: Some(slice_name(&service_name, family)),
-                namespace: Some(key.namespace.to_string()),
+                namespace: Some(key.namespace().to_string()),
                 labels: Some(labels.clone()),
                 owner_references: owner.map(|o| vec![o.clone()]),
                 ..ObjectMeta::default()

@@ -117,7 +117,7 @@ impl ListenerModel<'_> {
     /// Does this listener let a route of `kind` from `namespace` attach?
     pub fn allows(&self, store: &Store, gateway_ns: &str, namespace: &str, kind: &str) -> bool {
         // `Same` means the namespace of whatever declares the listener.
-        let gateway_ns = self.set.as_ref().map_or(gateway_ns, |s| &*s.namespace);
+        let gateway_ns = self.set.as_ref().map_or(gateway_ns, |s| s.namespace());
         let kind_ok = self.supported_kinds.iter().any(|k| {
             k.kind == kind && k.group.as_deref().unwrap_or(GATEWAY_GROUP) == GATEWAY_GROUP
         });
@@ -202,7 +202,7 @@ pub fn listeners<'g>(
     {
         // A ListenerSet's certificateRefs are resolved from its own namespace.
         let (owner, cert_ns) = match &l.set {
-            Some(set) => ("ListenerSet", &*set.namespace),
+            Some(set) => ("ListenerSet", set.namespace()),
             None => ("Gateway", gateway_ns),
         };
         match certificates::resolve(store, owner, cert_ns, l.spec.tls.as_ref()) {

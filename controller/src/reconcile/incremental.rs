@@ -113,7 +113,7 @@ impl BackendSide {
     fn of(store: &Store) -> Self {
         let named = store.backend_tls_policies.iter().flat_map(|(key, p)| {
             let refs = p.spec.validation.ca_certificate_refs.iter().flatten();
-            refs.map(|r| ObjectKey::new(Arc::clone(&key.namespace), r.name.as_str()))
+            refs.map(|r| ObjectKey::new(key.namespace(), r.name.as_str()))
         });
         Self {
             pods: store.pods.clone(),
@@ -245,7 +245,7 @@ fn selects_namespaces(store: &Store) -> bool {
 /// Gateway's backend client certificate name.
 fn secret_refs(store: &Store) -> impl Iterator<Item = ObjectKey> + '_ {
     let key = |owner: &ObjectKey, ns: &Option<String>, name: &str| {
-        let ns = ns.as_deref().unwrap_or(&owner.namespace);
+        let ns = ns.as_deref().unwrap_or(owner.namespace());
         ObjectKey::new(ns, name)
     };
     let gateways = store.gateways.iter().flat_map(move |(owner, gw)| {
@@ -290,7 +290,7 @@ fn frontend_ca_refs(store: &Store) -> impl Iterator<Item = ObjectKey> + '_ {
             .flatten()
             .chain(per_port)
             .map(|(ns, name)| {
-                let ns = ns.as_deref().unwrap_or(&key.namespace);
+                let ns = ns.as_deref().unwrap_or(key.namespace());
                 ObjectKey::new(ns, name.as_str())
             })
     })

@@ -69,7 +69,7 @@ pub fn compile(
             namespace: b.namespace.as_deref(),
             port: b.port,
         };
-        let target = resolver.resolve(kind.as_str(), &model.key.namespace, &spec);
+        let target = resolver.resolve(kind.as_str(), model.key.namespace(), &spec);
         if let (Err(p), Ok(())) = (&target, &model.refs) {
             model.refs = Err(Box::new(p.clone()));
         }
@@ -101,7 +101,7 @@ pub fn attach(
     for (index, (model, route)) in routes.iter().enumerate() {
         let mut parents = Vec::new();
         for parent in route.spec.parent_refs.iter().flatten() {
-            let Some(target) = parent_target(sets, parent, &model.key.namespace, gateways) else {
+            let Some(target) = parent_target(sets, parent, model.key.namespace(), gateways) else {
                 continue;
             };
             let Some(gateway) = gateways.get_mut(&target.gateway) else {
@@ -159,10 +159,10 @@ fn attach_one(
             target.no_listener_message(gateway),
         );
     }
-    let gw_ns = gateway.key.namespace.clone();
+    let gw_ns = gateway.key.namespace();
     let allowed: Vec<usize> = selected
         .into_iter()
-        .filter(|&i| gateway.listeners[i].allows(store, &gw_ns, &model.key.namespace, kind))
+        .filter(|&i| gateway.listeners[i].allows(store, gw_ns, model.key.namespace(), kind))
         .collect();
     if allowed.is_empty() {
         return cond::not_accepted(

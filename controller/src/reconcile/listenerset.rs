@@ -76,7 +76,7 @@ pub fn collect(store: &Store, gateways: &[(&ObjectKey, &Gateway)]) -> ListenerSe
         let Some(gw) = ours.get(&gw_key) else {
             continue;
         };
-        let verdict = allowed(store, gw, &gw_key, &key.namespace).and_then(|()| {
+        let verdict = allowed(store, gw, &gw_key, key.namespace()).and_then(|()| {
             // Same schema, different generated types: a round trip converts them.
             serde_json::to_value(&ls.spec.listeners)
                 .and_then(serde_json::from_value::<Vec<GatewayListeners>>)
@@ -119,7 +119,7 @@ fn parent_key(key: &ObjectKey, ls: &ListenerSet) -> Option<ObjectKey> {
     let kind = p.kind.as_deref().unwrap_or("Gateway");
     (group == GATEWAY_GROUP && kind == "Gateway").then(|| {
         ObjectKey::new(
-            p.namespace.as_deref().unwrap_or(&key.namespace),
+            p.namespace.as_deref().unwrap_or(key.namespace()),
             p.name.as_str(),
         )
     })
@@ -140,7 +140,7 @@ fn allowed(
         .and_then(|a| a.namespaces.as_ref());
     let ok = match ns.and_then(|n| n.from.as_ref()) {
         None | Some(GatewayAllowedListenersNamespacesFrom::None) => false,
-        Some(GatewayAllowedListenersNamespacesFrom::Same) => namespace == &*gw_key.namespace,
+        Some(GatewayAllowedListenersNamespacesFrom::Same) => namespace == gw_key.namespace(),
         Some(GatewayAllowedListenersNamespacesFrom::All) => true,
         Some(GatewayAllowedListenersNamespacesFrom::Selector) => ns
             .and_then(|n| n.selector.as_ref())

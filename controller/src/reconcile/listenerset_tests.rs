@@ -263,7 +263,7 @@ spec:
         .statuses
         .l4_routes
         .iter()
-        .find(|((_, k), _)| &*k.name == "db")
+        .find(|((_, k), _)| k.name() == "db")
         .map(|(_, s)| &s.status)
         .unwrap_or_else(|| panic!("no TCPRoute status"));
     let parent = &route.parents[0];

@@ -183,8 +183,8 @@ fn gateway_models<'s>(
                 address: addresses
                     .remove(*key)
                     .unwrap_or(Err(AddressError::PoolExhausted)),
-                listeners: gateway::listeners(store, &key.namespace, gw, sets.for_gateway(key)),
-                backend_client: backend_client_cert::resolve(store, &key.namespace, gw),
+                listeners: gateway::listeners(store, key.namespace(), gw, sets.for_gateway(key)),
+                backend_client: backend_client_cert::resolve(store, key.namespace(), gw),
             };
             ((*key).clone(), model)
         })

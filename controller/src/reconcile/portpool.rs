@@ -212,8 +212,8 @@ fn parent_for<'r>(
     listener: &str,
 ) -> Option<&'r HttpRouteParentRefs> {
     route.spec.parent_refs.iter().flatten().find(|p| {
-        *p.name == *gw.name
-            && p.namespace.as_deref().unwrap_or(&key.namespace) == &*gw.namespace
+        *p.name == *gw.name()
+            && p.namespace.as_deref().unwrap_or(key.namespace()) == gw.namespace()
             && p.section_name.as_deref().is_none_or(|s| s == listener)
     })
 }
@@ -266,8 +266,8 @@ pub fn apply(
                     .parents
                     .iter_mut()
                     .filter(|p| {
-                        *p.parent_ref.name == *gw_key.name
-                            && p.parent_ref.namespace.as_deref() == Some(&*gw_key.namespace)
+                        *p.parent_ref.name == *gw_key.name()
+                            && p.parent_ref.namespace.as_deref() == Some(gw_key.namespace())
                             && p.parent_ref
                                 .section_name
                                 .as_deref()
@@ -295,8 +295,8 @@ pub fn apply(
 fn previous_port(route: &L4Route, gw: &ObjectKey, listener: &str, range: PortRange) -> Option<u16> {
     route.status.as_ref()?.parents.iter().find_map(|p| {
         let r = &p.parent_ref;
-        let ours = *r.name == *gw.name
-            && r.namespace.as_deref().is_none_or(|n| n == &*gw.namespace)
+        let ours = *r.name == *gw.name()
+            && r.namespace.as_deref().is_none_or(|n| n == gw.namespace())
             && r.section_name.as_deref().is_none_or(|s| s == listener);
         // A refused request echoes its port too; only an accepted parent holds one.
         let held = p

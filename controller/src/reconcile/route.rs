@@ -91,12 +91,12 @@ pub fn compile(
         let prefix_only = matches
             .iter()
             .all(|m| matches!(m.path, PathMatch::Prefix(_)));
-        let namespace = model.key.namespace.clone();
+        let namespace = model.key.namespace();
         let mut mirror_problem = None;
         let filters = filters::compile(
             &rule.filters,
             prefix_only,
-            &mut mirror_resolver(resolver, kind, &namespace, &mut mirror_problem),
+            &mut mirror_resolver(resolver, kind, namespace, &mut mirror_problem),
         )
         .unwrap_or_else(|why| {
             invalid.get_or_insert(why);
@@ -111,14 +111,14 @@ pub fn compile(
                 namespace: b.namespace.as_deref(),
                 port: b.port,
             };
-            let target = resolver.resolve(kind, &model.key.namespace, &spec);
+            let target = resolver.resolve(kind, model.key.namespace(), &spec);
             if let (Err(p), Ok(())) = (&target, &model.refs) {
                 model.refs = Err(Box::new(p.clone()));
             }
             let filters = filters::compile_backend(
                 &b.filters,
                 prefix_only,
-                &mut mirror_resolver(resolver, kind, &namespace, &mut mirror_problem),
+                &mut mirror_resolver(resolver, kind, namespace, &mut mirror_problem),
             )
             .unwrap_or_else(|why| {
                 invalid.get_or_insert(why);
@@ -239,7 +239,7 @@ pub(super) fn attach_route(
     let mut placements = Placements::new();
     let generation = model.generation;
     for parent in route.spec.parent_refs.iter() {
-        let Some(target) = parent_target(sets, parent, &model.key.namespace, gateways) else {
+        let Some(target) = parent_target(sets, parent, model.key.namespace(), gateways) else {
             continue;
         };
         let Some(gateway) = gateways.get(&target.gateway) else {
@@ -346,9 +346,9 @@ fn attach_one<'a>(
         let message = Owned(target.no_listener_message(gateway));
         return Decided::not_accepted(generation, "NoMatchingParent", message);
     }
-    let gw_ns = &*gateway.key.namespace;
+    let gw_ns = gateway.key.namespace();
     let allowed =
-        || selected().filter(|(_, l)| l.allows(store, gw_ns, &model.key.namespace, model.kind));
+        || selected().filter(|(_, l)| l.allows(store, gw_ns, model.key.namespace(), model.kind));
     if allowed().next().is_none() {
         let message = Text("the listeners' allowedRoutes do not admit this route");
         return Decided::not_accepted(generation, "NotAllowedByListeners", message);

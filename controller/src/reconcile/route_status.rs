@@ -63,7 +63,7 @@ impl ParentDecision<'_> {
             && group.as_deref() == Some(GATEWAY_GROUP)
             && kind.as_deref() == Some(reported_kind)
             && *name == self.parent.name
-            && namespace.as_deref() == Some(&*key.namespace)
+            && namespace.as_deref() == Some(key.namespace())
             && *port == self.parent.port
             && *section_name == self.parent.section_name
             && conditions.len() == self.conditions().count()
@@ -88,7 +88,7 @@ pub(super) fn parent_status(
             group: Some(GATEWAY_GROUP.to_owned()),
             kind: Some(kind.to_owned()),
             name: parent.name.clone(),
-            namespace: Some(key.namespace.to_string()),
+            namespace: Some(key.namespace().to_string()),
             port: parent.port,
             section_name: parent.section_name.clone(),
         },

@@ -67,8 +67,8 @@ pub(super) fn plan(
                     "AddressNotUsable",
                     format!(
                         "Service {}/{} exists and is not managed by aether-edge for this Gateway",
-                        key.namespace,
-                        service_name(&key.name)
+                        key.namespace(),
+                        service_name(key.name())
                     ),
                 ),
             );
@@ -382,16 +382,15 @@ pub fn is_ours(svc: &Service, key: &ObjectKey) -> bool {
     let labels = svc.metadata.labels.as_ref();
     let get = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
     get(LABEL_MANAGED_BY) == Some(MANAGED_BY)
-        && get(LABEL_GATEWAY_NAME) == Some(&*key.name)
-        && get(LABEL_GATEWAY_NAMESPACE) == Some(&*key.namespace)
+        && get(LABEL_GATEWAY_NAME) == Some(key.name())
+        && get(LABEL_GATEWAY_NAMESPACE) == Some(key.namespace())
 }
 
 /// The Service in the Gateway's namespace with our name, if any, and whether it's ours.
 pub fn existing<'s>(store: &'s Store, key: &ObjectKey) -> Option<(&'s Service, bool)> {
-    let svc = store.services.get(&ObjectKey::new(
-        std::sync::Arc::clone(&key.namespace),
-        service_name(&key.name),
-    ))?;
+    let svc = store
+        .services
+        .get(&ObjectKey::new(key.namespace(), service_name(key.name())))?;
     Some((svc, is_ours(svc, key)))
 }
 
@@ -434,7 +433,7 @@ pub fn owner(key: &ObjectKey, gw: &Gateway) -> Option<OwnerReference> {
     Some(OwnerReference {
         api_version: "gateway.networking.k8s.io/v1".to_owned(),
         kind: "Gateway".to_owned(),
-        name: key.name.to_string(),
+        name: key.name().to_string(),
         uid: gw.metadata.uid.clone()?,
         controller: Some(true),
         block_owner_deletion: None,
@@ -459,11 +458,11 @@ pub fn desired(
         .unwrap_or_default()
         .into_iter()
         .collect();
-    labels.insert(LABEL_GATEWAY_NAME.to_owned(), key.name.to_string());
-    labels.insert(LABEL_GATEWAY_API_NAME.to_owned(), key.name.to_string());
+    labels.insert(LABEL_GATEWAY_NAME.to_owned(), key.name().to_string());
+    labels.insert(LABEL_GATEWAY_API_NAME.to_owned(), key.name().to_string());
     labels.insert(
         LABEL_GATEWAY_NAMESPACE.to_owned(),
-        key.namespace.to_string(),
+        key.namespace().to_string(),
     );
     labels.insert(LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned());
     let annotations: BTreeMap<String, String> = infra
@@ -489,8 +488,8 @@ pub fn desired(
         .collect();
     Service {
         metadata: ObjectMeta {
-            name: Some(service_name(&key.name)),
-            namespace: Some(key.namespace.to_string()),
+            name: Some(service_name(key.name())),
+            namespace: Some(key.namespace().to_string()),
             labels: Some(labels),
             annotations: (!annotations.is_empty()).then_some(annotations),
             owner_references: owner(key, gw).map(|o| vec![o]),
