@@ -88,7 +88,7 @@ pub fn parse_document(
             if meta.name.as_deref().unwrap_or_default().is_empty() {
                 Err(err(None, format!("{} has no metadata.name", obj.kind())))
             } else if let Some(field) = slashed(meta) {
-                // As the API server says: a key is `namespace/name` split at its `/`.
+                // Refused as the API server refuses them: `a/b` is no object's name.
                 Err(err(
                     None,
                     format!("{} {field} may not contain '/'", obj.kind()),

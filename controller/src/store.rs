@@ -25,20 +25,24 @@ use crate::route_ext::HttpRouteExt;
 /// lists (the Store, the route memo and its indexes, both status maps, placements,
 /// actions), so a key is one thin pointer, and a copy one count increment.
 ///
-/// It points to the text `namespace/name` itself, which is also the name routes and
-/// Gateways carry into the Snapshot ([`Self::joined`]): one allocation per key where
-/// a pair of names behind a pointer, and the joined name beside it, were three (0.45
-/// MiB at 5,000 routes, `benches/RESULTS.md`, issue 14, session 32). The namespace
-/// ends at the first `/`: Kubernetes forbids `/` in namespaces and names, and manifests
-/// with one are refused (`manifest::parse_document`), so no stored object's key is
-/// ambiguous; a reference that spells one merely names no object.
+/// What it points to holds the text `namespace/name`, which is also the name routes
+/// and Gateways carry into the Snapshot ([`Self::joined`]), and where the namespace
+/// ends: two allocations per key where a pair of names, and the joined name beside
+/// it, were three (benches/RESULTS.md, issue 14, session 32). The text alone, as an
+/// `Arc<str>`, would be one allocation but a pointer twice as wide in every copy.
 ///
 /// Keys copied from one another share their text, and the reconciler compares such
 /// copies on every run (its memos against the Store): equal pointers answer without
 /// reading the text. Ordered and hashed as the pair (namespace, name), as
 /// [`KeyParts`] is.
 #[derive(Clone)]
-pub struct ObjectKey(Arc<str>);
+pub struct ObjectKey(Arc<KeyText>);
+
+struct KeyText {
+    joined: Arc<str>,
+    /// Where the namespace ends, at the `/`.
+    split: u32,
+}
 
 impl fmt::Debug for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -51,8 +55,8 @@ impl fmt::Debug for ObjectKey {
 
 impl PartialEq for ObjectKey {
     fn eq(&self, other: &Self) -> bool {
-        // The same pair always makes the same text.
-        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+        Arc::ptr_eq(&self.0, &other.0)
+            || (self.0.split == other.0.split && self.0.joined == other.0.joined)
     }
 }
 
@@ -71,20 +75,7 @@ impl Ord for ObjectKey {
         if Arc::ptr_eq(&self.0, &other.0) {
             return std::cmp::Ordering::Equal;
         }
-        // As the pair (namespace, name), which is the texts' order but where one
-        // namespace is the other's beginning: `a/y` before `a-b/x`, though `-` sorts
-        // before `/`. The reconciler's maps compare keys millions of times in a first
-        // load, so without splitting either.
-        let (a, b) = (self.0.as_bytes(), other.0.as_bytes());
-        let same = a.iter().zip(b).take_while(|(x, y)| x == y).count();
-        if !a[..same].contains(&b'/') {
-            match (a.get(same), b.get(same)) {
-                (Some(b'/'), Some(_)) => return std::cmp::Ordering::Less,
-                (Some(_), Some(b'/')) => return std::cmp::Ordering::Greater,
-                _ => {}
-            }
-        }
-        a[same..].cmp(&b[same..])
+        self.parts().cmp(&other.parts())
     }
 }
 
@@ -96,23 +87,27 @@ impl PartialOrd for ObjectKey {
 
 impl ObjectKey {
     pub fn new(namespace: impl AsRef<str>, name: impl AsRef<str>) -> Self {
-        Self([namespace.as_ref(), "/", name.as_ref()].concat().into())
+        let namespace = namespace.as_ref();
+        Self(Arc::new(KeyText {
+            joined: [namespace, "/", name.as_ref()].concat().into(),
+            // Namespaces are DNS labels (63 bytes); one past u32 would only misplace
+            // the split of a key that names no object.
+            split: u32::try_from(namespace.len()).unwrap_or(u32::MAX),
+        }))
     }
 
     pub fn namespace(&self) -> &str {
-        self.0
-            .split_once('/')
-            .map_or("", |(namespace, _)| namespace)
+        self.parts().0
     }
 
     pub fn name(&self) -> &str {
-        self.0.split_once('/').map_or(&*self.0, |(_, name)| name)
+        self.parts().1
     }
 
     /// `namespace/name` as one shared string (the name routes and Gateways carry into
     /// the Snapshot): the key's own text, so no allocation.
     pub fn joined(&self) -> Arc<str> {
-        Arc::clone(&self.0)
+        Arc::clone(&self.0.joined)
     }
 
     /// The key of a namespaced object; objects without a namespace live in `default`,
@@ -135,7 +130,13 @@ pub trait KeyParts {
 
 impl KeyParts for ObjectKey {
     fn parts(&self) -> (&str, &str) {
-        self.0.split_once('/').unwrap_or(("", &*self.0))
+        let text = &*self.0.joined;
+        let split = self.0.split as usize;
+        // Always there, as `new` made it; an empty name rather than a panic otherwise.
+        match (text.get(..split), text.get(split + 1..)) {
+            (Some(namespace), Some(name)) => (namespace, name),
+            _ => (text, ""),
+        }
     }
 }
 
@@ -181,7 +182,7 @@ impl std::hash::Hash for dyn KeyParts + '_ {
 
 impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.0.joined)
     }
 }
 
