@@ -1,3 +1,5 @@
+mod math;
+
 use std::process::ExitCode;
 
 use clap::Parser;
