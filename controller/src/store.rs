@@ -104,6 +104,11 @@ impl ObjectKey {
         self.parts().1
     }
 
+    /// `namespace/name`, borrowed.
+    pub fn as_str(&self) -> &str {
+        &self.0.joined
+    }
+
     /// `namespace/name` as one shared string (the name routes and Gateways carry into
     /// the Snapshot): the key's own text, so no allocation.
     pub fn joined(&self) -> Arc<str> {
@@ -199,7 +204,7 @@ impl std::hash::Hash for dyn KeyParts + '_ {
 
 impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0.joined)
+        f.write_str(self.as_str())
     }
 }
 

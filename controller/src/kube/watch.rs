@@ -348,9 +348,10 @@ impl Kind for EndpointSlice {
             .labels
             .as_ref()
             .and_then(|l| l.get(crate::reconcile::edge_slices::LABEL_SERVICE_NAME));
+        let namespace = self.metadata.namespace.as_deref();
         Some(
             service.map(|name| {
-                ObjectKey::new(ObjectKey::of(&self.metadata).namespace(), name.as_str())
+                ObjectKey::new(namespace.unwrap_or(crate::store::DEFAULT_NAMESPACE), name)
             }),
         )
     }

@@ -108,12 +108,7 @@ pub fn name(key: &ObjectKey) -> String {
     if name.len() <= 63 {
         return name;
     }
-    let h = super::services::fnv1a_32(
-        key.namespace()
-            .bytes()
-            .chain([b'/'])
-            .chain(key.name().bytes()),
-    );
+    let h = super::services::fnv1a_32(key.as_str().bytes());
     let head: String = name.chars().take(54).collect();
     format!("{}-{h:08x}", head.trim_end_matches('-'))
 }
