@@ -8,7 +8,8 @@ use std::sync::Arc;
 use aether_proxy::backend::BackendSet;
 use aether_proxy::filters::Filters;
 use aether_proxy::routing::{
-    PathMatch, RequestMatch, RouteEntry, RouteOrder, RouteTable, RuleAction,
+    PathMatch, RequestMatch, RouteEntry, RouteKind, RouteOrder, RouteTable, RuleAction,
+    RuleExtras,
 };
 use aether_proxy::telemetry::RouteStats;
 use arbitrary::Arbitrary;
@@ -138,17 +139,13 @@ fuzz_target!(|input: Input| {
                 rule: 0,
                 index: 0,
             },
-            action: Arc::new(RuleAction {
-                route: name,
-                kind: "HTTPRoute",
-                rule: None,
-                filters: Filters::default(),
-                backends: BackendSet::default(),
-                timeout: None,
-                retry: None,
-                backend_client_cert: None,
-                stats: RouteStats::new("fuzz", "HTTPRoute", "fuzz"),
-            }),
+            action: Arc::new(RuleAction::new(
+                RouteKind::Http,
+                Filters::default(),
+                BackendSet::default(),
+                RuleExtras::default(),
+                RouteStats::new("fuzz", "HTTPRoute", name),
+            )),
         };
         builder.add(hostname.as_deref(), entry.clone());
         specs.push(Spec {

@@ -479,6 +479,11 @@ impl RouteStats {
         })
     }
 
+    /// `namespace/name` of the route (`none` for requests that matched none).
+    pub fn route(&self) -> &Arc<str> {
+        &self.0.route
+    }
+
     /// Requests that matched no route (or no listener), counted under `route="none"`;
     /// no per-route histogram.
     pub fn unrouted(gateway: impl Into<Arc<str>>) -> Arc<Self> {

@@ -397,7 +397,7 @@ impl ServerSpan {
     /// conventions; on the exporter thread.
     fn to_span_data(&self, scope: &InstrumentationScope) -> SpanData {
         let method = semconv_method(&self.method);
-        let route = self.rule.as_ref().map(|r| Arc::clone(&r.route));
+        let route = self.rule.as_ref().map(|r| Arc::clone(r.route()));
         let name: Cow<'static, str> = match &route {
             Some(r) => format!("{method} {r}").into(),
             None => Cow::Borrowed(method),
@@ -437,9 +437,9 @@ impl ServerSpan {
             i64::try_from(self.response_bytes).unwrap_or(i64::MAX),
         ));
         if let Some(rule) = &self.rule {
-            attributes.push(KeyValue::new("http.route", rule.route.to_string()));
-            attributes.push(KeyValue::new("aether.route.kind", rule.kind));
-            if let Some(name) = &rule.rule {
+            attributes.push(KeyValue::new("http.route", rule.route().to_string()));
+            attributes.push(KeyValue::new("aether.route.kind", rule.kind.as_str()));
+            if let Some(name) = rule.rule() {
                 attributes.push(KeyValue::new("aether.route.rule", name.to_string()));
             }
         }

@@ -8,7 +8,9 @@ use aether_proxy::backend::{BackendSet, BackendTarget, WeightedBackend};
 use aether_proxy::backend_client_cert::ClientCertificate;
 use aether_proxy::client_auth::ClientAuth;
 use aether_proxy::filters::Filters;
-use aether_proxy::routing::{RouteEntry, RouteOrder, RouteTable, RuleAction, VirtualHost};
+use aether_proxy::routing::{
+    RouteEntry, RouteKind, RouteOrder, RouteTable, RuleAction, RuleExtras, VirtualHost,
+};
 use aether_proxy::telemetry::RouteStats;
 use aether_proxy::tls::TlsCerts;
 use aether_proxy::{Listener, Snapshot};
@@ -121,7 +123,7 @@ impl Actions {
     fn made_with(&self, client: &Client) -> bool {
         self.rules
             .first()
-            .is_none_or(|r| match (&r.backend_client_cert, client) {
+            .is_none_or(|r| match (r.backend_client_cert(), client) {
                 (None, None) => true,
                 (Some(a), Some(b)) => a.same(b),
                 _ => false,
@@ -432,7 +434,7 @@ fn virtual_host(contributions: &[Contribution]) -> VirtualHost {
                     matcher: m.clone(),
                     order: RouteOrder {
                         created: route.created,
-                        route: Arc::clone(&action.route),
+                        route: Arc::clone(action.route()),
                         rule: u32::try_from(ri).unwrap_or(u32::MAX),
                         index: u32::try_from(mi).unwrap_or(u32::MAX),
                     },
@@ -485,7 +487,12 @@ impl PortPlan {
 
 fn rule_actions(gateway: &Arc<str>, client: &Client, route: &RouteModel) -> Actions {
     let name = route.key.joined();
-    let stats = RouteStats::new(Arc::clone(gateway), route.kind, Arc::clone(&name));
+    let stats = RouteStats::new(Arc::clone(gateway), route.kind, name);
+    let kind = if route.kind == "GRPCRoute" {
+        RouteKind::Grpc
+    } else {
+        RouteKind::Http
+    };
     let rules = route
         .rules
         .iter()
@@ -508,17 +515,19 @@ fn rule_actions(gateway: &Arc<str>, client: &Client, route: &RouteModel) -> Acti
                     BackendSet::new(Arc::clone(&rule.backends)),
                 ),
             };
-            Arc::new(RuleAction {
-                route: Arc::clone(&name),
-                kind: route.kind,
+            let extras = RuleExtras {
                 rule: rule.name.clone(),
-                filters,
-                backends,
                 timeout: rule.timeout,
                 retry: rule.retry.clone(),
                 backend_client_cert: client.clone(),
-                stats: stats.clone(),
-            })
+            };
+            Arc::new(RuleAction::new(
+                kind,
+                filters,
+                backends,
+                extras,
+                stats.clone(),
+            ))
         })
         .collect();
     Actions { rules }

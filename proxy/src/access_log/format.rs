@@ -144,9 +144,9 @@ pub(super) fn http_line<S: Style>(r: &HttpRecord, line: &mut Line<'_, '_, S>) {
 #[inline(always)]
 fn names_of<S: Style>(line: &mut Line<'_, '_, S>, l: Option<&Listener>, rule: Option<&RuleAction>) {
     place(line, l);
-    line.opt_str(key!("route_kind"), rule.map(|a| a.kind));
-    line.opt_str(key!("route"), rule.map(|a| &*a.route));
-    line.opt_str(key!("rule"), rule.and_then(|a| a.rule.as_deref()));
+    line.opt_str(key!("route_kind"), rule.map(|a| a.kind.as_str()));
+    line.opt_str(key!("route"), rule.map(|a| &**a.route()));
+    line.opt_str(key!("rule"), rule.and_then(|a| a.rule().map(|r| &**r)));
 }
 
 /// One L4 connection's line.

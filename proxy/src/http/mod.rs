@@ -263,7 +263,7 @@ fn settle(
             (resp, status, local)
         }
         Err(err) => {
-            tracing::debug!(route = %action.route, error = %err, "request failed");
+            tracing::debug!(route = %action.route(), error = %err, "request failed");
             let (status, reason) = (err.status(), err.reason());
             (err.into_response_for(after.grpc), status, Some(reason))
         }
@@ -434,7 +434,7 @@ async fn forward(
         mirror::send(
             &conn.upstreams,
             &action.filters.mirrors,
-            action.backend_client_cert.as_ref(),
+            action.backend_client_cert(),
             &parts,
             &path_and_query,
             body.is_end_stream(),
@@ -446,7 +446,7 @@ async fn forward(
             &parts.method,
             body.is_end_stream(),
             protocol,
-            action.retry.is_some(),
+            action.retry().is_some(),
             upgrade_proto.is_some(),
         );
     if as_bytes {
@@ -458,7 +458,7 @@ async fn forward(
             &path_and_query,
             tried,
         );
-        let resp = within_rule_timeout(action.timeout, exchange).await?;
+        let resp = within_rule_timeout(action.timeout(), exchange).await?;
         return Ok((
             answered(resp.map(Either::Right), routed, chosen, cors_headers),
             None,
@@ -479,9 +479,9 @@ async fn forward(
     let exchange = Box::pin(attempts::exchange(
         attempts::Target {
             upstreams: &conn.upstreams,
-            policy: action.retry.as_deref(),
+            policy: action.retry(),
             backend,
-            client_cert: action.backend_client_cert.as_deref(),
+            client_cert: action.backend_client_cert().map(Arc::as_ref),
             endpoint,
             protocol,
         },
@@ -491,7 +491,7 @@ async fn forward(
         upgrade_proto.as_ref(),
         tried,
     ));
-    let mut resp = within_rule_timeout(action.timeout, exchange).await?;
+    let mut resp = within_rule_timeout(action.timeout(), exchange).await?;
     if extended_connect && resp.status() == StatusCode::OK {
         upgrade::to_switching(&mut resp, ws_key.as_ref());
     }

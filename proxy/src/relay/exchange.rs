@@ -72,7 +72,7 @@ impl<'a> Exchange<'a> {
                 &mut client_head,
                 &mut retries,
             );
-            match self.action.timeout {
+            match self.action.timeout() {
                 Some(t) => tokio::time::timeout(t, send)
                     .await
                     .unwrap_or(Err(Failed::Timeout)),

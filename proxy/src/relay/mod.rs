@@ -254,7 +254,7 @@ impl Relay<'_> {
         // No route: the full path answers 404 and counts it.
         let entry = entry?;
         let action = &entry.action;
-        if !action.filters.is_empty() || action.retry.is_some() {
+        if !action.filters.is_empty() || action.retry().is_some() {
             return None;
         }
         let (backend, endpoint) = match action.backends.pick() {

@@ -14,24 +14,20 @@ fn entry(route: &str, path: PathMatch, created: i64) -> RouteEntry {
             rule: 0,
             index: 0,
         },
-        action: Arc::new(RuleAction {
-            route: route.into(),
-            kind: "HTTPRoute",
-            rule: None,
-            filters: crate::filters::Filters::default(),
-            backends: BackendSet::default(),
-            timeout: None,
-            retry: None,
-            backend_client_cert: None,
-            stats: crate::telemetry::RouteStats::new("gw", "HTTPRoute", route),
-        }),
+        action: Arc::new(RuleAction::new(
+            RouteKind::Http,
+            crate::filters::Filters::default(),
+            BackendSet::default(),
+            RuleExtras::default(),
+            crate::telemetry::RouteStats::new("gw", "HTTPRoute", route),
+        )),
     }
 }
 
 fn find<'a>(t: &'a RouteTable, host: &str, path: &str) -> Option<&'a str> {
     t.virtual_host(host)?
         .find(&Method::GET, path, None, &HeaderMap::new())
-        .map(|e| &*e.action.route)
+        .map(|e| &**e.action.route())
 }
 
 #[test]
@@ -116,4 +112,10 @@ fn precedence_across_routes_then_age_then_name() {
     assert_eq!(find(&t, "h", "/api/v1/x"), Some("longer"));
     assert_eq!(find(&t, "h", "/api/v2"), Some("older-prefix"));
     assert_eq!(find(&t, "h", "/apix"), None);
+}
+
+/// One per rule in every Snapshot: 5,000 routes held 0.8 MiB of actions at 160 bytes.
+#[test]
+fn a_rule_action_stays_small() {
+    assert!(std::mem::size_of::<RuleAction>() <= 96);
 }
