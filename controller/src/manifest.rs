@@ -135,8 +135,7 @@ fn decode(meta: &TypeMeta, doc: &str) -> Result<Option<Object>, serde_saphyr::Er
         }
         ("gateway.networking.k8s.io", "HTTPRoute") => {
             let route: Box<HttpRoute> = typed(doc)?;
-            let raw: serde_json::Value = serde_saphyr::from_str(doc).unwrap_or_default();
-            let ext = HttpRouteExt::from_raw(&raw);
+            let ext = HttpRouteExt::from_yaml(doc);
             Object::HttpRoute(Box::new(RouteObject::from(*route)), ext)
         }
         ("gateway.networking.k8s.io", "GRPCRoute") => {
