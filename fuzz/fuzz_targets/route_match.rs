@@ -165,7 +165,7 @@ fuzz_target!(|input: Input| {
     let got = table
         .virtual_host(&req_host)
         .and_then(|vh| vh.find(&Method::GET, &req_path, None, &headers))
-        .map(|e| e.action.route.to_string());
+        .map(|e| e.action.route().to_string());
 
     let hosts: Vec<Option<String>> = entries.iter().map(|(h, _)| h.clone()).collect();
     let want = reference_bucket(&hosts, &req_host).and_then(|bucket| {
