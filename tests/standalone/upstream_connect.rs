@@ -15,7 +15,13 @@ async fn a_backend_that_never_accepts_costs_the_configured_connect_timeout() -> 
     // own connections fill its accept queue, the kernel drops every further SYN, so a
     // connect neither succeeds nor is refused.
     let socket = TcpSocket::new_v4()?;
-    socket.bind(net.echo_a())?;
+    // As std's and tokio's listeners do: without it the bind fails while an earlier
+    // test binary's connections to this address sit in TIME_WAIT (CI lost a run to
+    // "address already in use" here).
+    socket.set_reuseaddr(true)?;
+    socket
+        .bind(net.echo_a())
+        .map_err(|e| err(format!("binding the jammed backend {}: {e}", net.echo_a())))?;
     let _jammed = socket.listen(0)?;
     let mut held: Vec<TcpStream> = Vec::new();
     for _ in 0..4 {
