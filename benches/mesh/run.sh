@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Mesh-mode benchmark: the same aether-edge process, the same upstream, two routes:
+# Mesh-mode benchmark: the same aether-edge process, the same upstream, three routes:
 #   plain  edge -> upstream directly (HTTP/1.1 pool; the Service opts out of the mesh)
 #   mesh   edge -> mTLS HTTP/2 -> Envoy 1.40 inbound listener at pod_ip:15008 -> upstream
+#   hop    edge -> plain HTTP/1.1 -> the same Envoy (a cleartext listener) -> upstream
 # so "mesh" costs the edge's TLS + HTTP/2 client side and the inbound Envoy hop, which
-# is what a mesh pod's traffic really pays.
+# is what a mesh pod's traffic really pays; "hop" pays the Envoy hop without mTLS, so
+# mesh against hop is the edge's mesh side with the inbound's cost on both. The edge's
+# own CPU per request (its utime + stime over the requests wrk counted) is reported for
+# each route: with Envoy sharing the load generator's core, req/s measures Envoy.
 #
 #   unshare -n sh -c 'ip link set lo up && benches/mesh/run.sh'   (own loopback: no port clashes)
 #
@@ -93,8 +97,22 @@ static_resources:
           set_current_client_cert_details: {uri: true}
           route_config: {virtual_hosts: [{name: all, domains: ["*"], routes: [{match: {prefix: "/"}, route: {cluster: workload}}]}]}
           http_filters: [{name: envoy.filters.http.router, typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}]
+  - name: hop
+    address: {socket_address: {address: $POD, port_value: 15001}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: hop
+          route_config: {virtual_hosts: [{name: all, domains: ["*"], routes: [{match: {prefix: "/"}, route: {cluster: pod}}]}]}
+          http_filters: [{name: envoy.filters.http.router, typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}]
   clusters:
   - {name: workload, type: ORIGINAL_DST, lb_policy: CLUSTER_PROVIDED, connect_timeout: 2s, original_dst_lb_config: {use_http_header: true}}
+  - name: pod
+    type: STATIC
+    connect_timeout: 2s
+    load_assignment: {cluster_name: pod, endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: $POD, port_value: 19000}}}}]}]}
 ENVOY
 mkdir -p manifests
 cat >manifests/bench.yaml <<YAML
@@ -116,21 +134,22 @@ kind: Pod
 metadata: {name: pod, namespace: default}
 spec: {serviceAccountName: app, containers: [{name: app, image: app}]}
 YAML
-for svc in plain mesh; do
-  annotations=""
-  [[ $svc == plain ]] && annotations="annotations: {aether.io/mesh: disabled}"
+for svc in plain mesh hop; do
+  annotations="" port=19000
+  [[ $svc != mesh ]] && annotations="annotations: {aether.io/mesh: disabled}"
+  [[ $svc == hop ]] && port=15001
   cat >>manifests/bench.yaml <<YAML
 ---
 apiVersion: v1
 kind: Service
 metadata: {name: $svc, namespace: default, $annotations}
-spec: {ports: [{name: http, port: 80, targetPort: 19000}]}
+spec: {ports: [{name: http, port: 80, targetPort: $port}]}
 ---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
 metadata: {name: $svc-1, namespace: default, labels: {kubernetes.io/service-name: $svc}}
 addressType: IPv4
-ports: [{name: http, port: 19000}]
+ports: [{name: http, port: $port}]
 endpoints: [{addresses: ["$POD"], conditions: {ready: true}, targetRef: {kind: Pod, name: pod, namespace: default}}]
 ---
 apiVersion: gateway.networking.k8s.io/v1
@@ -148,35 +167,46 @@ start 0 nginx -c "$run/nginx.conf" -p "$run" >nginx.log 2>&1
 start 0 "$ENVOY" -c envoy.yaml --concurrency 1 --disable-hot-restart -l warning >envoy.log 2>&1
 start 1 env RUST_LOG=warn "$BIN" run --workers 1 --manifests manifests --admin $ADMIN --mesh \
   --mesh-svid-cert edge.crt --mesh-svid-key edge.key --mesh-bundle ca.crt >edge.log 2>&1
+edge=${pids[-1]}
 for _ in $(seq 100); do
   curl -fsS -H 'Host: mesh.example' "http://$GW:8080/" >/dev/null 2>&1 && curl -fsS -H 'Host: plain.example' "http://$GW:8080/" >/dev/null 2>&1 && break
   sleep 0.1
 done
-curl -fsS -H 'Host: mesh.example' "http://$GW:8080/" >/dev/null || { cat edge.log envoy.log; die "mesh route does not answer"; }
+for t in mesh hop; do
+  curl -fsS -H "Host: $t.example" "http://$GW:8080/" >/dev/null || { cat edge.log envoy.log; die "$t route does not answer"; }
+done
 
-measure() { # target round -> "req/s p50_us p99_us"
+# The edge's user + system CPU time so far, in clock ticks.
+edge_ticks() { awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$edge/stat"; }
+measure() { # target round -> "req/s p50_us p99_us non2xx edge_us_per_request"
+  local before after
+  before=$(edge_ticks)
   pin 0 timeout $((DURATION + 10)) wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -H "Host: $1.example" "http://$GW:8080/" >"wrk-$1-$2.txt"
-  awk '
+  after=$(edge_ticks)
+  awk -v ticks=$((after - before)) -v hz="$(getconf CLK_TCK)" '
     function us(v) { if (v ~ /us$/) return v+0; if (v ~ /ms$/) return (v+0)*1000; if (v ~ /s$/) return (v+0)*1000000; return v }
     /Requests\/sec/ { rps=$2 } $1=="50%" { p50=us($2) } $1=="99%" { p99=us($2) }
-    /Non-2xx/ { bad=$NF } END { printf "%d %d %d %d\n", rps, p50, p99, bad+0 }' "wrk-$1-$2.txt"
+    / requests in / { n=$1 }
+    /Non-2xx/ { bad=$NF } END { printf "%d %d %d %d %.1f\n", rps, p50, p99, bad+0, (n > 0 ? ticks / hz * 1e6 / n : 0) }' "wrk-$1-$2.txt"
 }
+targets="plain mesh hop"
 declare -A results
-for t in plain mesh; do measure "$t" warm >/dev/null; done
+for t in $targets; do measure "$t" warm >/dev/null; done
 for r in $(seq "$ROUNDS"); do
-  for t in plain mesh; do results[$t]+="$(measure "$t" "$r");"; done
+  for t in $targets; do results[$t]+="$(measure "$t" "$r");"; done
 done
 median() { tr ';' '\n' | grep . | sort -n -k"$1" | awk -v k="$1" '{a[NR]=$k} END {print a[int((NR+1)/2)]}'; }
 conns=$(curl -fsS "http://$POD:15000/stats?filter=^http.inbound.downstream_cx_total$" | awk '{print $2}')
-table="| route | req/s | p50 | p99 | non-2xx | req/s per round |
-|---|---:|---:|---:|---:|---|"
-for t in plain mesh; do
+table="| route | req/s | p50 | p99 | non-2xx | edge CPU per request | req/s per round |
+|---|---:|---:|---:|---:|---:|---|"
+for t in $targets; do
   rows=${results[$t]}
   rps=$(echo "$rows" | median 1) p50=$(echo "$rows" | median 2) p99=$(echo "$rows" | median 3)
+  cpu=$(echo "$rows" | median 5)
   bad=$(echo "$rows" | tr ';' '\n' | awk '{s+=$4} END {print s+0}')
   per=$(echo "$rows" | tr ';' '\n' | awk 'NF {printf "%s%s", sep, $1; sep=", "}')
   table+="
-| $t | $rps | ${p50} µs | ${p99} µs | $bad | $per |"
+| $t | $rps | ${p50} µs | ${p99} µs | $bad | ${cpu} µs | $per |"
 done
 section="## Run of $(date -u '+%Y-%m-%d %H:%M') UTC
 
