@@ -102,11 +102,11 @@ impl<'a> Exchange<'a> {
         } else {
             self.endpoint.health.success();
         }
-        self.action
-            .stats
-            .record(answer.status, self.started.elapsed());
+        // One clock read for both: about 60 ns each on a virtual machine.
+        let elapsed = self.started.elapsed();
+        self.action.stats.record(answer.status, elapsed);
         if let Some(r) = self.record.as_mut() {
-            r.set_upstream(self.endpoint.addr, retries, self.started.elapsed());
+            r.set_upstream(self.endpoint.addr, retries, elapsed);
             r.set_answer(answer.status, None);
         }
         self.body(client, upstream, &answer, bufs).await
@@ -209,11 +209,10 @@ impl<'a> Exchange<'a> {
     /// An answer the edge makes itself, as the full path words it.
     async fn local<S: AsyncWrite + Unpin>(mut self, client: &mut S, err: &ProxyError) -> Step {
         let (status, reason, body) = (err.status(), err.reason(), err.body());
-        self.action
-            .stats
-            .record(status.as_u16(), self.started.elapsed());
+        let elapsed = self.started.elapsed();
+        self.action.stats.record(status.as_u16(), elapsed);
         if let Some(r) = self.record.as_mut() {
-            r.set_upstream(self.endpoint.addr, 0, self.started.elapsed());
+            r.set_upstream(self.endpoint.addr, 0, elapsed);
             r.set_answer(status.as_u16(), Some(reason));
         }
         let mut out = Vec::with_capacity(192 + body.len());
