@@ -23,6 +23,7 @@ mod forwarded;
 mod gateways;
 mod grpc;
 mod h2spec;
+mod http2_streams;
 mod https;
 mod image;
 mod l4_pool;

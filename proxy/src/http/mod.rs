@@ -3,6 +3,7 @@
 //! One atomic load of the Snapshot per request; the matched rule's `Arc` is all that is
 //! held across the upstream await.
 
+mod client_body;
 mod error;
 mod headers;
 mod integrity;
@@ -20,8 +21,9 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{Either, Full};
-use hyper::body::{Body as _, Incoming};
+use hyper::body::Body as _;
 
+pub use client_body::{BodyError, ClientBody, H2Body};
 pub use error::{ProxyError, local_response};
 pub use headers::{X_ENVOY_ORIGINAL_DST_HOST, X_FORWARDED_FOR, X_FORWARDED_PROTO};
 pub(crate) use upgrade::requested as upgrade_requested;
@@ -99,7 +101,7 @@ impl ConnInfo {
 pub async fn handle(
     state: Arc<ProxyState>,
     conn: Arc<ConnInfo>,
-    mut req: Request<Incoming>,
+    mut req: Request<ClientBody>,
 ) -> Result<Response<LoggedBody>, Infallible> {
     let started = Instant::now();
     if req.uri().path() == READYZ_PATH {
@@ -251,8 +253,11 @@ fn settle(
     span: &mut Span,
 ) -> Answer {
     let action = &after.routed.action;
+    // One clock read for the log's upstream time and the rule's latency: about 60 ns
+    // each on a virtual machine.
+    let elapsed = after.started.elapsed();
     if let (Some(r), Some(endpoint)) = (record.as_mut(), after.tried.endpoint) {
-        r.set_upstream(endpoint, after.tried.retries, after.started.elapsed());
+        r.set_upstream(endpoint, after.tried.retries, elapsed);
     }
     if let (Some(s), Some(endpoint)) = (span.as_mut(), after.tried.endpoint) {
         s.set_upstream(endpoint);
@@ -268,9 +273,7 @@ fn settle(
             (err.into_response_for(after.grpc), status, Some(reason))
         }
     };
-    action
-        .stats
-        .record(status.as_u16(), after.started.elapsed());
+    action.stats.record(status.as_u16(), elapsed);
     (resp, status, reason)
 }
 
