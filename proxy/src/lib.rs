@@ -18,7 +18,6 @@ pub mod filters;
 pub mod health;
 pub mod hostmap;
 pub mod http;
-mod http2;
 pub mod l4;
 pub mod limits;
 pub mod listener;

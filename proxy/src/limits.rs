@@ -90,20 +90,6 @@ impl Limits {
             .initial_connection_window_size(H2_CONNECTION_WINDOW);
         b
     }
-
-    /// The same limits for HTTP/2 served without hyper (`crate::http2`).
-    pub fn h2_settings(&self) -> crate::http2::Settings {
-        let mut b = h2::server::Builder::new();
-        b.max_concurrent_streams(self.max_concurrent_streams)
-            .max_pending_accept_reset_streams(self.max_pending_accept_reset_streams)
-            .max_header_list_size(u32::try_from(self.max_header_bytes).unwrap_or(u32::MAX))
-            .initial_window_size(H2_STREAM_WINDOW)
-            .initial_connection_window_size(H2_CONNECTION_WINDOW);
-        crate::http2::Settings {
-            builder: b,
-            keepalive: Some(self.http2_keepalive).filter(|d| !d.is_zero()),
-        }
-    }
 }
 
 /// Connection slots: one process-wide pool and one per listener socket.

@@ -403,7 +403,7 @@ async fn serve(
         upstreams,
         local,
         builder: limits.server_builder(),
-        h2: limits.h2_settings(),
+        builder_h2: limits.server_builder().http2_only(),
         tls: tls::Handshakes::new(Arc::clone(&state), local, resumption),
         force_close: Signal::new(),
         draining: Signal::new(),

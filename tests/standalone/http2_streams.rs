@@ -1,7 +1,6 @@
-//! HTTP/2 from clients, served with the h2 crate directly (`proxy/src/http2.rs`):
-//! flow control on an upload larger than the edge's windows, and a stream the client
-//! resets while its answer is pending, which must not cost the connection's other
-//! streams.
+//! HTTP/2 from clients: flow control on an upload larger than the edge's windows,
+//! and a stream the client resets while its answer is pending, which must not cost
+//! the connection's other streams.
 
 use std::time::Duration;
 

@@ -9,32 +9,32 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use hyper::body::{Body, Frame, SizeHint};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 
 use super::HttpRecord;
-use crate::http::{BodyError, ClientBody, ResponseBody};
+use crate::http::ResponseBody;
 use crate::trace::ServerSpan;
 
 /// The client's request body; counts its bytes when the request is logged.
 pub struct RequestBody {
-    inner: ClientBody,
+    inner: Incoming,
     counted: Option<Arc<AtomicU64>>,
 }
 
 impl RequestBody {
-    pub fn new(inner: ClientBody, counted: Option<Arc<AtomicU64>>) -> Self {
+    pub fn new(inner: Incoming, counted: Option<Arc<AtomicU64>>) -> Self {
         Self { inner, counted }
     }
 }
 
 impl Body for RequestBody {
     type Data = Bytes;
-    type Error = BodyError;
+    type Error = hyper::Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         if let (Some(n), Poll::Ready(Some(Ok(frame)))) = (&this.counted, &polled)

@@ -3,7 +3,6 @@
 //! One atomic load of the Snapshot per request; the matched rule's `Arc` is all that is
 //! held across the upstream await.
 
-mod client_body;
 mod error;
 mod headers;
 mod integrity;
@@ -21,9 +20,8 @@ use std::time::Instant;
 use bytes::Bytes;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use http_body_util::{Either, Full};
-use hyper::body::Body as _;
+use hyper::body::{Body as _, Incoming};
 
-pub use client_body::{BodyError, ClientBody, H2Body};
 pub use error::{ProxyError, local_response};
 pub use headers::{X_ENVOY_ORIGINAL_DST_HOST, X_FORWARDED_FOR, X_FORWARDED_PROTO};
 pub(crate) use upgrade::requested as upgrade_requested;
@@ -101,7 +99,7 @@ impl ConnInfo {
 pub async fn handle(
     state: Arc<ProxyState>,
     conn: Arc<ConnInfo>,
-    mut req: Request<ClientBody>,
+    mut req: Request<Incoming>,
 ) -> Result<Response<LoggedBody>, Infallible> {
     let started = Instant::now();
     if req.uri().path() == READYZ_PATH {
