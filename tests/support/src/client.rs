@@ -198,6 +198,19 @@ impl H2Conn {
         path: &str,
         headers: &[(&str, &str)],
     ) -> Result<Resp, BoxError> {
+        self.send_body(method, host, path, headers, Bytes::new())
+            .await
+    }
+
+    /// The same, with a request body (sent as the edge's flow-control window allows).
+    pub async fn send_body(
+        &mut self,
+        method: &str,
+        host: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<Resp, BoxError> {
         let mut b = Request::builder()
             .method(method)
             .version(http::Version::HTTP_2)
@@ -205,7 +218,7 @@ impl H2Conn {
         for (k, v) in headers {
             b = b.header(*k, *v);
         }
-        let req = b.body(Full::new(Bytes::new()))?;
+        let req = b.body(Full::new(body))?;
         let fut = async {
             self.sender.ready().await?;
             let resp = self.sender.send_request(req).await?;
