@@ -209,5 +209,48 @@ impl std::fmt::Debug for AccessLog {
     }
 }
 
+/// Lines rendered the way a worker renders them, without a ring or a writer: what
+/// `benches/access_log.rs` measures.
+#[doc(hidden)]
+pub struct BenchLines {
+    lines: format::LineWriter,
+    out: Vec<u8>,
+}
+
+#[doc(hidden)]
+impl BenchLines {
+    #[must_use]
+    pub fn new() -> Self {
+        Self {
+            lines: format::LineWriter::new(),
+            out: Vec::with_capacity(512),
+        }
+    }
+
+    /// Renders `record`'s line in `format` and returns it.
+    pub fn render(&mut self, record: &HttpRecord, format: Format) -> &[u8] {
+        self.out.clear();
+        match format {
+            Format::Json => {
+                let mut line = self.lines.line::<format::Json>(&mut self.out);
+                format::http_line(record, &mut line);
+                line.end();
+            }
+            Format::Text => {
+                let mut line = self.lines.line::<format::Text>(&mut self.out);
+                format::http_line(record, &mut line);
+                line.end();
+            }
+        }
+        &self.out
+    }
+}
+
+impl Default for BenchLines {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 #[cfg(test)]
 mod tests;

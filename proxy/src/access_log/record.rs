@@ -254,6 +254,25 @@ impl HttpRecord {
         self.reason = reason;
     }
 
+    /// A forwarded request's record as it stands when its response ends (for
+    /// `benches/access_log.rs`): its listener and rule, the upstream and the answer.
+    #[doc(hidden)]
+    pub fn answered_for_bench(
+        &mut self,
+        listener: &Arc<Listener>,
+        rule: &Arc<RuleAction>,
+        upstream: SocketAddr,
+        sent: u64,
+    ) {
+        self.set_listener(listener);
+        self.set_rule(rule);
+        self.set_upstream(upstream, 0, Duration::from_micros(412));
+        self.set_answer(200, None);
+        self.response_bytes = sent;
+        self.duration = Duration::from_micros(437);
+        self.complete = true;
+    }
+
     /// The counter a request body wrapper adds to, if the request has a body.
     pub(crate) fn request_counter(&self) -> Option<Arc<AtomicU64>> {
         self.request_bytes.clone()

@@ -74,7 +74,7 @@ pub struct ConnInfo {
 }
 
 impl ConnInfo {
-    pub(crate) fn new(local: SocketAddr, peer: SocketAddr, upstreams: Arc<Upstreams>) -> Self {
+    pub fn new(local: SocketAddr, peer: SocketAddr, upstreams: Arc<Upstreams>) -> Self {
         let client_ip = HeaderValue::try_from(peer.ip().to_string())
             .unwrap_or_else(|_| HeaderValue::from_static("unknown"));
         Self {
