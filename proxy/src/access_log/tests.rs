@@ -205,7 +205,15 @@ fn lines_render_times_durations_and_addresses_as_fmt_does() {
         let want = humantime::format_rfc3339_millis(t).to_string();
         check_both(|l| l.time(k, t), |l| l.time(k, t), &want, true);
     }
-    for nanos in [0, 999, 1_234_567, 5_000_000_000, 12_345_678_901] {
+    for nanos in [
+        0,
+        999,
+        1_234_567,
+        999_999_999,
+        5_000_000_000,
+        12_345_678_901,
+        86_400_999_999_999,
+    ] {
         let d = Duration::from_nanos(nanos);
         let want = format!("{:.3}", d.as_secs_f64() * 1000.0);
         check_both(|l| l.ms(k, d), |l| l.ms(k, d), &want, false);
@@ -234,6 +242,28 @@ fn lines_render_times_durations_and_addresses_as_fmt_does() {
     check_both(|l| l.bool(k, false), |l| l.bool(k, false), "false", false);
     assert_eq!(one_field::<format::Json>(|l| l.null(k)), "{\"k\":null}\n");
     assert_eq!(one_field::<format::Text>(|l| l.null(k)), "k=-\n");
+}
+
+/// HTTP's methods are written as the constants they are; an extension method is
+/// written as a client's bytes are, so one named `-` is quoted in text, not "no value".
+#[test]
+fn methods_are_plain_and_extension_methods_checked() {
+    use format::{Json, Text};
+    let methods = [
+        "GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS", "PATCH", "CONNECT", "TRACE", "PURGE",
+    ];
+    for name in methods {
+        let m = http::Method::from_bytes(name.as_bytes()).unwrap();
+        let text = one_field::<Text>(|l| format::method(l, &m)).replace("method=", "k=");
+        assert_eq!(text, format!("k={name}\n"));
+        let json = one_field::<Json>(|l| format::method(l, &m));
+        assert_eq!(json, format!("{{\"method\":\"{name}\"}}\n"));
+    }
+    let dash = http::Method::from_bytes(b"-").unwrap();
+    assert_eq!(
+        one_field::<Text>(|l| format::method(l, &dash)),
+        "method=\"-\"\n"
+    );
 }
 
 /// A writer keeps the last client's text: a line from another client says its own.
