@@ -243,6 +243,10 @@ impl HttpRecord {
         self.rule = Some(Arc::clone(rule));
     }
 
+    pub(crate) fn take_rule(&mut self, rule: Arc<RuleAction>) {
+        self.rule = Some(rule);
+    }
+
     pub(crate) fn set_upstream(&mut self, endpoint: SocketAddr, retries: u32, after: Duration) {
         self.upstream = Some(endpoint);
         self.retries = retries;

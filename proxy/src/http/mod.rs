@@ -140,6 +140,11 @@ pub async fn handle(
         started,
     };
     let answer = settle(result, &after, &mut record, &mut span);
+    // The request's own reference to its rule goes to the record: a clone would be
+    // two atomic operations more per logged request.
+    if let Some(r) = record.as_mut() {
+        r.take_rule(routed.action);
+    }
     Ok(respond(answer, request_id, record, span))
 }
 
@@ -350,9 +355,6 @@ fn route(
             req.headers(),
         )
     });
-    if let (Some(r), Some(e)) = (record.as_mut(), entry) {
-        r.set_rule(&e.action);
-    }
     match entry {
         Some(e) => Ok(Routed {
             action: Arc::clone(&e.action),
