@@ -266,6 +266,36 @@ fn methods_are_plain_and_extension_methods_checked() {
     );
 }
 
+/// A request counts its body's bytes only when it may have one: a body whose size is
+/// known to be zero gets no counter (and costs none), any other does.
+#[test]
+fn only_requests_that_may_have_a_body_get_a_counter() {
+    /// A body of unknown length (a stream without Content-Length).
+    struct Unknown;
+    impl hyper::body::Body for Unknown {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+        fn poll_frame(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+            std::task::Poll::Ready(None)
+        }
+    }
+    let (log, _sink) = start(Format::Text, "2xx");
+    let conn = conn_info();
+    let counted = |body: Either<Full<Bytes>, Unknown>| {
+        let req = Request::builder().uri("/").body(body).unwrap();
+        begin_http(Some(log), &conn, &req, b"id", 0, Instant::now())
+            .unwrap()
+            .request_counter()
+            .is_some()
+    };
+    assert!(!counted(Either::Left(Full::new(Bytes::new()))));
+    assert!(counted(Either::Left(Full::new(Bytes::from_static(b"abc")))));
+    assert!(counted(Either::Right(Unknown)));
+}
+
 /// A writer keeps the last client's text: a line from another client says its own.
 #[test]
 fn each_line_says_its_own_client() {
