@@ -331,10 +331,16 @@ fn query_start(target: &[u8]) -> usize {
 /// `hops`-th `x-forwarded-for` entry from the right (each trusted proxy appended the
 /// address it saw), the leftmost when there are fewer, else the peer. Entries that are
 /// not addresses leave the peer.
+#[inline]
 pub(crate) fn client_ip(peer: IpAddr, headers: &HeaderMap, hops: usize) -> IpAddr {
+    // The usual case (no proxy in front trusted) without a call.
     if hops == 0 {
         return peer;
     }
+    forwarded_client(peer, headers, hops)
+}
+
+fn forwarded_client(peer: IpAddr, headers: &HeaderMap, hops: usize) -> IpAddr {
     let mut entries = headers
         .get_all(X_FORWARDED_FOR)
         .iter()
