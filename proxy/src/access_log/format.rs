@@ -397,7 +397,7 @@ impl<S: Style> Line<'_, '_, S> {
     pub(super) fn ms(&mut self, key: &Key, d: Duration) {
         self.key(key);
         // In u64: `as_nanos` is a u128, and dividing one is a call into a 128-bit
-        // division routine (about 20 ns of the line).
+        // division routine (`__udivti3`), twice a line.
         let micros = d
             .as_secs()
             .saturating_mul(1_000_000)
