@@ -122,7 +122,8 @@ pub async fn handle(
         started,
     );
     let counter = record.as_ref().and_then(|r| r.request_counter());
-    let req = req.map(|b| RequestBody::new(b, counter));
+    let ended = ended_at_start(&req);
+    let req = req.map(|b| RequestBody::new(b, counter, ended));
     // The phases before and after forwarding are plain functions, so the one await is
     // here and this future holds the forwarding future directly: each async level
     // between would add its own copy of the request and of everything below it (the
@@ -146,6 +147,15 @@ pub async fn handle(
         r.take_rule(routed.action);
     }
     Ok(respond(answer, request_id, record, span))
+}
+
+/// Whether a request is known at its start to have no body. hyper gives an exact size
+/// of zero to a request without one: in HTTP/1.1 one with no Content-Length and no
+/// Transfer-Encoding, in HTTP/2 one whose HEADERS frame ended the stream. A declared
+/// `Content-Length: 0` gives the same size to an HTTP/2 stream that may still be open
+/// (for trailers), so that one is left to `is_end_stream`.
+fn ended_at_start(req: &Request<Incoming>) -> bool {
+    req.body().size_hint().exact() == Some(0) && !req.headers().contains_key(header::CONTENT_LENGTH)
 }
 
 /// The client's response: the request ID, and the record and span ended with its body.
