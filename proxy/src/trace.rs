@@ -489,18 +489,7 @@ impl ServerSpan {
 
 /// The method as the conventions name it: the standard ones, else `_OTHER`.
 fn semconv_method(m: &Method) -> &'static str {
-    match *m {
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::DELETE => "DELETE",
-        Method::HEAD => "HEAD",
-        Method::OPTIONS => "OPTIONS",
-        Method::PATCH => "PATCH",
-        Method::CONNECT => "CONNECT",
-        Method::TRACE => "TRACE",
-        _ => "_OTHER",
-    }
+    crate::http::standard_method(m).unwrap_or("_OTHER")
 }
 
 fn protocol_version(v: Version) -> &'static str {

@@ -145,19 +145,10 @@ pub(super) fn http_line<S: Style>(r: &HttpRecord, line: &mut Line<'_, '_, S>) {
 /// text).
 #[inline(always)]
 pub(super) fn method<S: Style>(line: &mut Line<'_, '_, S>, m: &Method) {
-    let known = match *m {
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::DELETE => "DELETE",
-        Method::HEAD => "HEAD",
-        Method::OPTIONS => "OPTIONS",
-        Method::PATCH => "PATCH",
-        Method::CONNECT => "CONNECT",
-        Method::TRACE => "TRACE",
-        _ => return line.str(key!("method"), m.as_str()),
-    };
-    line.plain(key!("method"), known);
+    match crate::http::standard_method(m) {
+        Some(known) => line.plain(key!("method"), known),
+        None => line.str(key!("method"), m.as_str()),
+    }
 }
 
 /// An HTTP line's names: where it arrived, and the route and rule that took it.

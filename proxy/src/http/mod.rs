@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use bytes::Bytes;
-use http::{HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
 use http_body_util::{Either, Full};
 use hyper::body::{Body as _, Incoming};
 
@@ -147,6 +147,23 @@ pub async fn handle(
         r.take_rule(routed.action);
     }
     Ok(respond(answer, request_id, record, span))
+}
+
+/// One of HTTP's own methods by its name as a constant, `None` for an extension
+/// method (whose name lives only as long as the request).
+pub(crate) fn standard_method(m: &Method) -> Option<&'static str> {
+    Some(match *m {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::PATCH => "PATCH",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => return None,
+    })
 }
 
 /// Whether a request is known at its start to have no body. hyper gives an exact size
