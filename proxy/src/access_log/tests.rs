@@ -234,6 +234,17 @@ fn lines_render_times_durations_and_addresses_as_fmt_does() {
         let ip = a.ip();
         check_both(|l| l.ip(k, ip), |l| l.ip(k, ip), &ip.to_string(), true);
     }
+    // Every octet, in every place (IPv4 text comes from a table of octets).
+    for n in 0..=255u8 {
+        let a = SocketAddr::from(([n, 255 - n, n / 2, n % 10], u16::from(n)));
+        let s = Some(a);
+        check_both(
+            |l| l.opt_addr(k, s),
+            |l| l.opt_addr(k, s),
+            &a.to_string(),
+            true,
+        );
+    }
     let zero = IpAddr::from([0, 0, 0, 0]);
     check_both(|l| l.ip(k, zero), |l| l.ip(k, zero), "0.0.0.0", true);
     for n in [0, 7, 10, 404, 65_535, u64::MAX] {
