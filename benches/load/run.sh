@@ -53,7 +53,10 @@
 #                             aether-edge's stdout (the access log, when on) goes to a
 #                             file in the run directory, as a container runtime would
 #                             keep it; its line count is reported and the file deleted
-#   BENCH_ACCESS_LOG_SINK     another place for that stdout (e.g. /dev/null)
+#   BENCH_ACCESS_LOG_SINK     another place for that stdout: a path (e.g. /dev/null),
+#                             or `pipe`: a pipe that `cat` on the load CPU copies to
+#                             the file, as Kubernetes' container runtime reads a
+#                             container's stdout
 #   BENCH_NGINX_ACCESS_LOG=1  nginx logs every request too, a JSON line with the fields
 #                             aether-edge's line has, buffered (64k, flushed every
 #                             10 ms, as the edge's writer), to a file in the run
@@ -178,6 +181,8 @@ build_aether() {
 # ---------------------------------------------------------------------------- processes
 
 declare -A PIDS=()
+# Readers of access-log pipes (BENCH_ACCESS_LOG_SINK=pipe): they end with the edge.
+READERS=()
 LOAD_PID=
 
 stop_pid() {
@@ -234,8 +239,21 @@ start_split() {
   with_cpu "$2"
   shift 2
   local sink=$RUN_DIR/$name.access.log
-  # BENCH_ACCESS_LOG_SINK=/dev/null: what logging costs without the page cache's part.
-  [[ -n ${BENCH_ACCESS_LOG_SINK:-} ]] && sink=$BENCH_ACCESS_LOG_SINK
+  case ${BENCH_ACCESS_LOG_SINK:-} in
+    '') ;;
+    pipe)
+      # Kubernetes' way: the container runtime reads the container's stdout from a
+      # pipe and writes the file itself. The reader runs on the load CPU, its CPU
+      # shown in others' CPU there, and ends when the edge closes its stdout.
+      sink=$RUN_DIR/$name.access.fifo
+      rm -f "$sink"
+      mkfifo "$sink"
+      taskset -c "$LOAD_CPU" cat "$sink" >>"$RUN_DIR/$name.access.log" &
+      READERS+=($!)
+      ;;
+    # e.g. /dev/null: what logging costs without the page cache's part.
+    *) sink=$BENCH_ACCESS_LOG_SINK ;;
+  esac
   "${PREFIX[@]}" "$@" >>"$sink" 2>>"$RUN_DIR/$name.log" &
   PIDS[$name]=$!
 }
@@ -703,7 +721,10 @@ for name in envoy nginx haproxy aether base; do
       >>"$RUN_DIR/report.md"
   fi
 done
+# A pipe's reader writes the last lines after the edge has gone.
+for reader in "${READERS[@]}"; do wait "$reader" 2>/dev/null || true; done
 for name in nginx aether base; do
+  rm -f "$RUN_DIR/$name.access.fifo"
   [[ -e $RUN_DIR/$name.access.log ]] || continue
   # Hundreds of MB after a run: counted, then deleted.
   printf '\n%s wrote %s access-log line(s) to a file (%s)\n' "$name" \
