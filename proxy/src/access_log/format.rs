@@ -482,6 +482,12 @@ impl<S: Style> Line<'_, '_, S> {
 /// have a few digits, and pushing them costs less than a call to copy them (itoa's
 /// two digits at a time and a copy measured 25 ns slower a line).
 fn digits(mut n: u64, out: &mut Vec<u8>) {
+    // Most numbers on a line are one digit (no request body, no retry, a duration
+    // under a millisecond).
+    if n < 10 {
+        out.push(b'0' + n as u8);
+        return;
+    }
     let start = out.len();
     loop {
         out.push(b'0' + (n % 10) as u8);
@@ -495,15 +501,29 @@ fn digits(mut n: u64, out: &mut Vec<u8>) {
     }
 }
 
-/// `n` (below 1000) as exactly three digits.
+/// `n` (below 1000) as exactly three digits: from a table, four bytes stored whole
+/// and the last taken back (one store, no division).
 fn three_digits(n: u32, out: &mut Vec<u8>) {
-    let n = n.min(999);
-    out.extend_from_slice(&[
-        b'0' + (n / 100) as u8,
-        b'0' + (n / 10 % 10) as u8,
-        b'0' + (n % 10) as u8,
-    ]);
+    let text = THREE_DIGITS[n.min(999) as usize];
+    out.extend_from_slice(&text);
+    out.truncate(out.len() - 1);
 }
+
+/// 000 to 999, each padded to four bytes.
+static THREE_DIGITS: [[u8; 4]; 1000] = {
+    let mut table = [[0u8; 4]; 1000];
+    let mut i = 0;
+    while i < 1000 {
+        table[i] = [
+            b'0' + (i / 100) as u8,
+            b'0' + (i / 10 % 10) as u8,
+            b'0' + (i % 10) as u8,
+            0,
+        ];
+        i += 1;
+    }
+    table
+};
 
 /// Each IPv4 octet in decimal, padded to four bytes, and its length.
 static OCTETS: [([u8; 4], u8); 256] = {

@@ -218,6 +218,13 @@ fn lines_render_times_durations_and_addresses_as_fmt_does() {
         let want = format!("{:.3}", d.as_secs_f64() * 1000.0);
         check_both(|l| l.ms(k, d), |l| l.ms(k, d), &want, false);
     }
+    // Every three-digit fraction (they come from a table), and one- to five-digit
+    // whole milliseconds.
+    for micros in (0..1000).chain([7_001, 42_999, 123_456, 99_999_999]) {
+        let d = Duration::from_micros(micros);
+        let want = format!("{}.{:03}", micros / 1000, micros % 1000);
+        check_both(|l| l.ms(k, d), |l| l.ms(k, d), &want, false);
+    }
     let addrs: [SocketAddr; 3] = [
         "10.0.0.255:8080".parse().unwrap(),
         "[::1]:443".parse().unwrap(),
