@@ -329,6 +329,38 @@ fn each_line_says_its_own_client() {
     assert_eq!(String::from_utf8(out).unwrap(), want);
 }
 
+/// A writer keeps the last few upstreams' text: each line still says its own, as
+/// addresses come back, are pushed out by others, and differ only by port.
+#[test]
+fn each_line_says_its_own_upstream() {
+    let mut w = format::LineWriter::new();
+    let mut out = Vec::new();
+    let addrs: Vec<std::net::SocketAddr> = [
+        "10.0.0.1:80",
+        "10.0.0.1:8080",
+        "10.0.0.2:80",
+        "255.255.255.255:65535",
+        "0.0.0.0:0",
+        "[::1]:443",
+        "10.0.0.3:9",
+    ]
+    .iter()
+    .map(|a| a.parse().unwrap())
+    .collect();
+    let mut want = String::new();
+    // Each address again after 1 to 6 others: hits, and misses past the kept few.
+    for step in 1..=addrs.len() {
+        for i in 0..3 * addrs.len() {
+            let a = addrs[i * step % addrs.len()];
+            let mut line = w.line::<format::Text>(&mut out);
+            line.opt_addr(format::TEST_KEY, Some(a));
+            line.end();
+            want.push_str(&format!("k={a}\n"));
+        }
+    }
+    assert_eq!(String::from_utf8(out).unwrap(), want);
+}
+
 /// Every byte a client can send, alone and inside a value, comes out as JSON that
 /// reads back to the value (made valid UTF-8), and as text that is bare only when
 /// nothing in it could split, quote or assign; quoted text reads back the same.
