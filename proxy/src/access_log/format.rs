@@ -68,11 +68,13 @@ pub(super) struct Key {
     text: &'static str,
 }
 
+/// Each form starts with the separator from the field before (`,` or a space), so a
+/// key and its separator are one copy; a line's first key leaves it out.
 macro_rules! key {
     ($name:literal) => {
         &Key {
-            json: concat!("\"", $name, "\":"),
-            text: concat!($name, "="),
+            json: concat!(",\"", $name, "\":"),
+            text: concat!(" ", $name, "="),
         }
     };
 }
@@ -343,15 +345,17 @@ pub(super) struct Line<'w, 'o, S> {
 impl<S: Style> Line<'_, '_, S> {
     #[inline(always)]
     fn key(&mut self, key: &Key) {
-        match (S::JSON, self.first) {
-            (true, true) => self.out.push(b'{'),
-            (true, false) => self.out.push(b','),
-            (false, true) => {}
-            (false, false) => self.out.push(b' '),
-        }
-        self.first = false;
         let piece = if S::JSON { key.json } else { key.text };
-        self.out.extend_from_slice(piece.as_bytes());
+        if self.first {
+            self.first = false;
+            if S::JSON {
+                self.out.push(b'{');
+            }
+            self.out
+                .extend_from_slice(piece.as_bytes().get(1..).unwrap_or_default());
+        } else {
+            self.out.extend_from_slice(piece.as_bytes());
+        }
     }
 
     /// A value JSON quotes and text leaves bare (times, addresses: no spaces, quotes
