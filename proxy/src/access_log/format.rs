@@ -176,10 +176,60 @@ pub(super) fn l4_line<S: Style>(r: &L4Record, line: &mut Line<'_, '_, S>) {
     line.ms(key!("duration_ms"), r.duration);
 }
 
-/// IPv4 upstream addresses whose text a writer keeps.
-const UPSTREAMS_KEPT: usize = 4;
 /// `255.255.255.255:65535` is 21 bytes; the last byte of a kept text is its length.
-const UPSTREAM_TEXT: usize = 24;
+const KEPT_TEXT: usize = 24;
+
+/// The text of the last few IPv4 addresses written, by a nonzero key made of the
+/// address (and port): a connection's requests, or a load balancer's, come from one
+/// client, and a worker's go to a route's few endpoints. Written afresh, an address
+/// and port were about 300 instructions a line under callgrind.
+struct KeptTexts<const SLOTS: usize> {
+    slots: [(u64, [u8; KEPT_TEXT]); SLOTS],
+    next: usize,
+}
+
+impl<const SLOTS: usize> KeptTexts<SLOTS> {
+    const fn new() -> Self {
+        Self {
+            slots: [(0, [0; KEPT_TEXT]); SLOTS],
+            next: 0,
+        }
+    }
+
+    /// Writes the text kept for `key`, or has `render` write it and keeps it.
+    fn write(&mut self, key: u64, out: &mut Vec<u8>, render: impl FnOnce(&mut Vec<u8>)) {
+        if let Some((_, text)) = self.slots.iter().find(|(k, _)| *k == key) {
+            push_padded(out, text, usize::from(text[KEPT_TEXT - 1]));
+            return;
+        }
+        let start = out.len();
+        render(out);
+        let written = out.get(start..).unwrap_or_default();
+        let mut text = [0u8; KEPT_TEXT];
+        if let Some(keep) = text.get_mut(..written.len()) {
+            keep.copy_from_slice(written);
+            text[KEPT_TEXT - 1] = written.len() as u8;
+            if let Some(slot) = self.slots.get_mut(self.next % SLOTS) {
+                *slot = (key, text);
+            }
+            self.next = self.next.wrapping_add(1);
+        }
+    }
+}
+
+/// The key of an IPv4 address and port in [`KeptTexts`]: bit 63 set, so never an
+/// empty slot's 0.
+fn kept_key(ip: Ipv4Addr, port: u16) -> u64 {
+    1 << 63 | u64::from(ip.to_bits()) << 16 | u64::from(port)
+}
+
+/// The first `len` bytes of `text`: all of it stored (one copy of a length the
+/// compiler knows, no call) and the rest taken back.
+#[inline(always)]
+fn push_padded<const N: usize>(out: &mut Vec<u8>, text: &[u8; N], len: usize) {
+    out.extend_from_slice(text);
+    out.truncate(out.len() - N + len.min(N));
+}
 
 /// Longer names than this are written each time rather than kept.
 const NAMES_KEPT: usize = 1024;
@@ -190,15 +240,10 @@ pub(super) struct LineWriter {
     /// `YYYY-MM-DDTHH:MM:SS` of `second` (since the Unix epoch).
     second: u64,
     stamp: [u8; 19],
-    /// The last client address written, and its text: a connection's requests, or a
-    /// load balancer's, come from one address.
-    client: Option<Ipv4Addr>,
-    client_text: [u8; 15],
-    client_len: usize,
-    /// The last few IPv4 upstream addresses written and their text (see
-    /// [`LineWriter::upstream`]).
-    upstreams: [(u64, [u8; UPSTREAM_TEXT]); UPSTREAMS_KEPT],
-    next_upstream: usize,
+    /// The last IPv4 client address written, and its text.
+    client: KeptTexts<1>,
+    /// The last four IPv4 upstream addresses written, and their text.
+    upstreams: KeptTexts<4>,
     /// The last HTTP line's listener and rule, and their five fields as written: a
     /// worker's requests mostly go one route after another the same way. Held weakly:
     /// a `Weak` keeps the allocation, so a pointer compared equal is the same listener
@@ -237,63 +282,28 @@ impl LineWriter {
         Self {
             second: u64::MAX,
             stamp: [0; 19],
-            client: None,
-            client_text: [0; 15],
-            client_len: 0,
-            upstreams: [(0, [0; UPSTREAM_TEXT]); UPSTREAMS_KEPT],
-            next_upstream: 0,
+            client: KeptTexts::new(),
+            upstreams: KeptTexts::new(),
             names: None,
         }
     }
 
     /// A client address, its text kept for the next line from it.
     fn client(&mut self, a: IpAddr, out: &mut Vec<u8>) {
-        let IpAddr::V4(v4) = a else {
-            return ip(a, out);
-        };
-        let text = self.client_text.get(..self.client_len).unwrap_or_default();
-        if self.client == Some(v4) {
-            out.extend_from_slice(text);
-            return;
-        }
-        let start = out.len();
-        ip(a, out);
-        let written = out.get(start..).unwrap_or_default();
-        if let Some(keep) = self.client_text.get_mut(..written.len()) {
-            keep.copy_from_slice(written);
-            self.client = Some(v4);
-            self.client_len = written.len();
+        match a {
+            IpAddr::V4(v4) => self.client.write(kept_key(v4, 0), out, |out| ip(a, out)),
+            IpAddr::V6(_) => ip(a, out),
         }
     }
 
-    /// An IPv4 upstream address (`1.2.3.4:80`), its text kept among the last few: a
-    /// worker's requests go to a route's few endpoints, and written afresh, an
-    /// address and port were about 300 instructions a line under callgrind.
+    /// An IPv4 upstream address (`1.2.3.4:80`), its text kept among the last few.
     fn upstream(&mut self, a: SocketAddrV4, out: &mut Vec<u8>) {
-        // Bit 63 set: never the empty slots' 0.
-        let key = 1 << 63 | u64::from(a.ip().to_bits()) << 16 | u64::from(a.port());
-        if let Some((_, text)) = self.upstreams.iter().find(|(k, _)| *k == key) {
-            // Stored whole (one copy of a length the compiler knows), the rest taken
-            // back; the last byte holds the length.
-            let len = usize::from(text[UPSTREAM_TEXT - 1]);
-            out.extend_from_slice(text);
-            out.truncate(out.len() - UPSTREAM_TEXT + len);
-            return;
-        }
-        let start = out.len();
-        ip(IpAddr::V4(*a.ip()), out);
-        out.push(b':');
-        digits(u64::from(a.port()), out);
-        let written = out.get(start..).unwrap_or_default();
-        let mut text = [0u8; UPSTREAM_TEXT];
-        if let Some(keep) = text.get_mut(..written.len()) {
-            keep.copy_from_slice(written);
-            text[UPSTREAM_TEXT - 1] = written.len() as u8;
-            if let Some(slot) = self.upstreams.get_mut(self.next_upstream % UPSTREAMS_KEPT) {
-                *slot = (key, text);
-            }
-            self.next_upstream = self.next_upstream.wrapping_add(1);
-        }
+        self.upstreams
+            .write(kept_key(*a.ip(), a.port()), out, |out| {
+                ip(IpAddr::V4(*a.ip()), out);
+                out.push(b':');
+                digits(u64::from(a.port()), out);
+            });
     }
 
     /// Starts a line at the end of `out`; [`Line::end`] finishes it.
@@ -547,12 +557,9 @@ fn digits(mut n: u64, out: &mut Vec<u8>) {
     }
 }
 
-/// `n` (below 1000) as exactly three digits: from a table, four bytes stored whole
-/// and the last taken back (one store, no division).
+/// `n` (below 1000) as exactly three digits, from a table (no division).
 fn three_digits(n: u32, out: &mut Vec<u8>) {
-    let text = THREE_DIGITS[n.min(999) as usize];
-    out.extend_from_slice(&text);
-    out.truncate(out.len() - 1);
+    push_padded(out, &THREE_DIGITS[n.min(999) as usize], 3);
 }
 
 /// 000 to 999, each padded to four bytes.
@@ -592,16 +599,13 @@ static OCTETS: [([u8; 4], u8); 256] = {
 fn ip(a: IpAddr, out: &mut Vec<u8>) {
     match a {
         IpAddr::V4(v4) => {
-            // Each octet's text is four bytes stored whole (one store, no call), and
-            // the padding taken back: a third of the instructions of digit by digit.
-            let [a, b, c, d] = v4.octets();
-            for (i, octet) in [a, b, c, d].into_iter().enumerate() {
+            // A third of the instructions of digit by digit.
+            for (i, octet) in v4.octets().into_iter().enumerate() {
                 if i > 0 {
                     out.push(b'.');
                 }
-                let (text, len) = OCTETS[usize::from(octet)];
-                out.extend_from_slice(&text);
-                out.truncate(out.len() - (4 - usize::from(len)));
+                let (text, len) = &OCTETS[usize::from(octet)];
+                push_padded(out, text, usize::from(*len));
             }
         }
         // Rare on this path, and its shortening rules are std's to get right.
