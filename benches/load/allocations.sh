@@ -35,25 +35,14 @@ rm -rf "$out"
 source "$here/upstream.sh"
 render_configs "$out" "$up_port" "$proxy_port"
 
-pids=()
-cleanup() {
-  local p
-  # heaptrack runs the edge as its child: stop the edge itself too.
-  pkill -f -- "^$bin run --manifests $out/aether" 2>/dev/null || true
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT
-taskset -c 0 nginx -c "$out/upstream.conf" &
-pids+=($!)
+# heaptrack runs the edge as its child: stop the edge itself too.
+before_stop() { pkill -f -- "^$bin run --manifests $out/aether" 2>/dev/null || true; }
+start_upstream "$out"
 taskset -c 1 env RUST_LOG=warn heaptrack -o "$out/heap" "$bin" run --manifests "$out/aether" \
   --admin "127.0.0.1:$admin_port" --workers 1 "${extra_args[@]}" >"$out/aether.log" 2>&1 &
 traced=$!
 pids+=("$traced")
-for _ in $(seq 100); do
-  curl -fsS -o /dev/null --max-time 1 "http://127.0.0.1:$proxy_port/bench" 2>/dev/null && break
-  sleep 0.3
-done
+wait_for_edge "$proxy_port" 100 0.3 || { echo "the edge did not answer (see $out/aether.log)" >&2; exit 1; }
 case $load_kind in
   h2) load=(h2load -c16 -m8) ;;
   keepalive) load=(h2load --h1 -c64 -m1) ;;

@@ -48,26 +48,13 @@ rm -rf "$out"
 source "$here/upstream.sh"
 render_configs "$out" "$up_port" "$proxy_port"
 
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT
-taskset -c 0 nginx -c "$out/upstream.conf" &
-pids+=($!)
+start_upstream "$out"
 taskset -c 1 env RUST_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.out" \
   "$bin" run --manifests "$out/aether" --admin "127.0.0.1:$admin_port" --workers 1 \
   "${extra_args[@]}" >"$out/aether.log" 2>"$out/valgrind.log" &
 edge=$!
 pids+=("$edge")
-up=0
-for _ in $(seq 120); do
-  curl -fsS -o /dev/null --max-time 1 "http://127.0.0.1:$proxy_port/bench" 2>/dev/null && { up=1; break; }
-  sleep 0.5
-done
-[[ $up == 1 ]] || { echo "the edge did not answer under valgrind (see $out/valgrind.log)" >&2; exit 1; }
+wait_for_edge "$proxy_port" 120 0.5 || { echo "the edge did not answer under valgrind (see $out/valgrind.log)" >&2; exit 1; }
 load=(timeout 600 taskset -c 0 h2load -c16 -m8)
 "${load[@]}" -n 2000 "http://127.0.0.1:$proxy_port/bench" >/dev/null
 # Only the counted requests: counters zeroed before, dumped after.

@@ -35,15 +35,7 @@ rm -rf "$out"
 source "$here/upstream.sh"
 render_configs "$out" "$up_port" "$proxy_port"
 
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-}
-trap cleanup EXIT
-taskset -c 0 nginx -c "$out/upstream.conf" &
-pids+=($!)
+start_upstream "$out"
 # One data-plane worker: `--workers 1` where the build has it, else (earlier builds)
 # one tokio worker thread.
 workers=()
@@ -52,11 +44,7 @@ taskset -c 1 env TOKIO_WORKER_THREADS=1 RUST_LOG=warn "$bin" run --manifests "$o
   --admin "127.0.0.1:$admin_port" "${workers[@]}" "${extra_args[@]}" >"$out/aether.log" 2>&1 &
 proxy=$!
 pids+=("$proxy")
-for _ in $(seq 50); do
-  curl -fsS -o /dev/null --max-time 1 "http://127.0.0.1:$proxy_port/" 2>/dev/null && break
-  sleep 0.2
-done
-curl -fsS --max-time 2 "http://127.0.0.1:$proxy_port/bench" >/dev/null
+wait_for_edge "$proxy_port" 50 0.2 || { echo "the edge did not answer (see $out/aether.log)" >&2; exit 1; }
 case $load_kind in
   keepalive) timeout 40 taskset -c 0 wrk -t1 -c64 -d14s "http://127.0.0.1:$proxy_port/bench" \
     >"$out/load.txt" 2>&1 & ;;
