@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Two builds or flag sets of aether-edge under load at the same time, sharing one core,
+# for a cost that the machine's own swings would hide (issue #16's access log).
+#
+#   A_BIN=... [A_ARGS=...] [B_BIN=...] [B_ARGS=...] benches/load/side-by-side.sh NAME
+#
+# run.sh measures targets one after another, so a host whose speed swings (this one:
+# a fixed loop takes 0.08 to 0.12 s from one tenth of a second to the next) moves
+# every round by more than a 1% change. Here both edges run together on CPU 1, each
+# loaded by its own h2load (or wrk) on CPU 0 against one nginx upstream, so a slow
+# moment slows both alike. Each edge sits in a cpu cgroup of its own with equal shares
+# (when /sys/fs/cgroup/cpu is there): the kernel splits the core between the two
+# processes, not between their threads, so the one with more threads (a log writer)
+# is not given more of it.
+#
+# Per round: each edge's requests and on-CPU time (every thread's, from
+# /proc/PID/task/*/schedstat, nanoseconds, taken after its lines are written);
+# reported: A's req/s over B's and A's CPU a request over B's, the medians of the
+# rounds' ratios, and every round. With equal shares, req/s over req/s is what the
+# target compares; CPU a request does not depend on the shares at all.
+#
+# SBS_LOAD: h2 (default: h2load, h2c, 16 connections x 8 streams each) or keepalive
+# (wrk, 64 connections). SBS_ROUNDS (9), SBS_SECONDS (8 a round). A_ARGS, B_ARGS:
+# extra flags (unset: none; e.g. B_ARGS="--access-log off"). B_BIN defaults to A_BIN.
+# Each edge's stdout (its access log) goes to a file in the output directory, removed
+# at the end (its size is reported), or to SBS_SINK: a path (e.g. /dev/null), or
+# `pipe`: a FIFO read by `wc -c` on CPU 0, as a container runtime reads a pod's stdout. Writes target/bench-sbs/NAME/report.txt.
+# Loopback only; everything started is stopped on exit. Needs nginx, h2load or wrk,
+# taskset, curl and 2 CPUs.
+set -euo pipefail
+
+name=${1:?usage: A_BIN=... [B_ARGS=...] side-by-side.sh NAME}
+a_bin=${A_BIN:?A_BIN: the first edge binary}
+b_bin=${B_BIN:-$a_bin}
+read -r -a a_args <<<"${A_ARGS:-}"
+read -r -a b_args <<<"${B_ARGS:-}"
+rounds=${SBS_ROUNDS:-9}
+seconds=${SBS_SECONDS:-8}
+load_kind=${SBS_LOAD:-h2}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+out=$root/target/bench-sbs/$name
+up_port=${SBS_PORT_BASE:-28700}
+
+rm -rf "$out"
+mkdir -p "$out"
+# shellcheck disable=SC1091 # upstream.sh beside this script, checked on its own
+source "$here/upstream.sh"
+render_configs "$out/a" "$up_port" $((up_port + 1))
+render_configs "$out/b" "$up_port" $((up_port + 3))
+
+cgroups=()
+before_stop() {
+  local g
+  for g in "${cgroups[@]}"; do
+    # Back to the root group first: a group with tasks cannot be removed.
+    while read -r t; do echo "$t" >/sys/fs/cgroup/cpu/cgroup.procs 2>/dev/null || true; done <"$g/cgroup.procs"
+    rmdir "$g" 2>/dev/null || true
+  done
+  rm -f "$out"/*.access.log
+}
+start_upstream "$out/a"
+
+# start_edge LABEL PROXY_PORT BIN ARGS...: the edge on CPU 1 with one worker, in a cpu
+# cgroup of its own when the machine has the v1 controller; its PID in `edge`.
+start_edge() {
+  local label=$1 port=$2 bin=$3
+  shift 3
+  local sink=${SBS_SINK:-$out/$label.access.log}
+  if [[ $sink == pipe ]]; then
+    sink=$out/$label.fifo
+    mkfifo "$sink"
+    taskset -c 0 wc -c <"$sink" >"$out/$label.piped" &
+    pids+=($!)
+  fi
+  taskset -c 1 env TOKIO_WORKER_THREADS=1 RUST_LOG=warn "$bin" run \
+    --manifests "$out/$label/aether" --admin "127.0.0.1:$((port + 1))" --workers 1 "$@" \
+    >"$sink" 2>"$out/$label.log" &
+  edge=$!
+  pids+=("$edge")
+  local g=/sys/fs/cgroup/cpu/aether-sbs-$label
+  if [[ -w /sys/fs/cgroup/cpu ]] && mkdir -p "$g" 2>/dev/null; then
+    cgroups+=("$g")
+    echo "$edge" >"$g/cgroup.procs"
+  fi
+}
+start_edge a $((up_port + 1)) "$a_bin" "${a_args[@]}"
+a=$edge
+start_edge b $((up_port + 3)) "$b_bin" "${b_args[@]}"
+b=$edge
+for port in $((up_port + 1)) $((up_port + 3)); do
+  wait_for_edge "$port" 50 0.2 || { echo "no edge on $port (see $out/*.log)" >&2; exit 1; }
+done
+
+# load PORT SECONDS FILE: one load generator on CPU 0, in the background.
+load() {
+  case $load_kind in
+    h2) taskset -c 0 h2load -c16 -m8 -D"$2" "http://127.0.0.1:$1/bench" >"$3" 2>&1 & ;;
+    keepalive) taskset -c 0 wrk -t1 -c64 -d"$2"s "http://127.0.0.1:$1/bench" >"$3" 2>&1 & ;;
+    *) echo "SBS_LOAD: h2 or keepalive, not $load_kind" >&2; exit 2 ;;
+  esac
+}
+
+# Requests a load generator's output says succeeded (fails on errors).
+served() {
+  case $load_kind in
+    h2) awk '/^requests:/ { if ($10 + $12 + $14 > 0) exit 1; print $8 }' "$1" ;;
+    keepalive) if grep -q 'Non-2xx\|Socket errors' "$1"; then return 1; fi
+      awk '/requests in/ { print $1 }' "$1" ;;
+  esac
+}
+
+# Nanoseconds PID's threads have been on a CPU.
+cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { printf "%.0f\n", s }'; }
+
+round() {
+  local secs=$1 a0 b0 a1 b1 ra rb
+  a0=$(cpu_ns "$a"); b0=$(cpu_ns "$b")
+  load $((up_port + 1)) "$secs" "$out/load-a.txt"
+  local la=$!
+  load $((up_port + 3)) "$secs" "$out/load-b.txt"
+  local lb=$!
+  wait "$la" "$lb"
+  # The writer thread wakes at least every 100 ms: its last lines are part of the cost.
+  sleep 0.3
+  a1=$(cpu_ns "$a"); b1=$(cpu_ns "$b")
+  ra=$(served "$out/load-a.txt") || { echo "A's load failed: $out/load-a.txt" >&2; exit 1; }
+  rb=$(served "$out/load-b.txt") || { echo "B's load failed: $out/load-b.txt" >&2; exit 1; }
+  echo "$ra $rb $((a1 - a0)) $((b1 - b0))"
+}
+
+round 2 >/dev/null
+{
+  echo "# side by side: A=$a_bin ${a_args[*]:-} / B=$b_bin ${b_args[*]:-}"
+  echo "# commit $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo '+changes'), $(date -u '+%F %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
+  echo "# load $load_kind, $rounds rounds x ${seconds}s, cgroups: ${#cgroups[@]} of 2"
+  echo "# round  A_req  B_req  A_cpu_ms  B_cpu_ms  A/B_req/s  A/B_cpu_per_req"
+} >"$out/report.txt"
+for i in $(seq "$rounds"); do
+  read -r ra rb ca cb < <(round "$seconds") && [[ -n $cb ]] || { echo "round $i failed" >&2; exit 1; }
+  awk -v i="$i" -v ra="$ra" -v rb="$rb" -v ca="$ca" -v cb="$cb" 'BEGIN {
+    printf "%d %d %d %.0f %.0f %.4f %.4f\n", i, ra, rb, ca / 1e6, cb / 1e6, ra / rb, (ca / ra) / (cb / rb) }' |
+    tee -a "$out/report.txt"
+done
+{
+  echo "# end load average $(cut -d' ' -f1-3 /proc/loadavg); access log bytes A $(stat -c %s "$out/a.access.log" 2>/dev/null || echo "(${SBS_SINK:-})") B $(stat -c %s "$out/b.access.log" 2>/dev/null || echo "(${SBS_SINK:-})")"
+  median() { grep -v '^#' "$out/report.txt" | awk -v f="$1" '{ print $f }' | sort -g |
+    awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+  awk -v r="$(median 6)" -v c="$(median 7)" -v n="$rounds" 'BEGIN {
+    printf "median A/B req/s %.4f (%+.1f%%), A/B CPU a request %.4f (%+.1f%%), %d rounds\n",
+      r, (r - 1) * 100, c, (c - 1) * 100, n }'
+} | tee -a "$out/report.txt"
