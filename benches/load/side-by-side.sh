@@ -19,9 +19,14 @@
 # rounds' ratios, and every round. With equal shares, req/s over req/s is what the
 # target compares; CPU a request does not depend on the shares at all.
 #
+# SBS_PERF=1: one more round under `perf record` (cpu-clock, both edges in the same
+# window), and sbs-profile.py's table of what differs, symbol by symbol, in
+# microseconds a request (target/bench-sbs/NAME/profile.txt).
+#
 # SBS_LOAD: h2 (default: h2load, h2c, 16 connections x 8 streams each) or keepalive
 # (wrk, 64 connections). SBS_ROUNDS (9), SBS_SECONDS (8 a round). A_ARGS, B_ARGS:
-# extra flags (unset: none; e.g. B_ARGS="--access-log off"). B_BIN defaults to A_BIN.
+# extra flags (unset: none; e.g. B_ARGS="--access-log off"). A_ENV, B_ENV: extra
+# NAME=VALUE environment for each. B_BIN defaults to A_BIN.
 # Each edge's stdout (its access log) goes to a file in the output directory, removed
 # at the end (its size is reported), or to SBS_SINK: a path (e.g. /dev/null), or
 # `pipe`: a FIFO read by `wc -c` on CPU 0, as a container runtime reads a pod's stdout. Writes target/bench-sbs/NAME/report.txt.
@@ -34,6 +39,8 @@ a_bin=${A_BIN:?A_BIN: the first edge binary}
 b_bin=${B_BIN:-$a_bin}
 read -r -a a_args <<<"${A_ARGS:-}"
 read -r -a b_args <<<"${B_ARGS:-}"
+read -r -a a_env <<<"${A_ENV:-}"
+read -r -a b_env <<<"${B_ENV:-}"
 rounds=${SBS_ROUNDS:-9}
 seconds=${SBS_SECONDS:-8}
 load_kind=${SBS_LOAD:-h2}
@@ -41,6 +48,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 out=$root/target/bench-sbs/$name
 up_port=${SBS_PORT_BASE:-28700}
+perf_hz=4999
 
 rm -rf "$out"
 mkdir -p "$out"
@@ -61,11 +69,13 @@ before_stop() {
 }
 start_upstream "$out/a"
 
-# start_edge LABEL PROXY_PORT BIN ARGS...: the edge on CPU 1 with one worker, in a cpu
+# start_edge LABEL PROXY_PORT BIN ENV ARGS...: the edge on CPU 1 with one worker, in a cpu
 # cgroup of its own when the machine has the v1 controller; its PID in `edge`.
 start_edge() {
-  local label=$1 port=$2 bin=$3
-  shift 3
+  local label=$1 port=$2 bin=$3 env_words=$4
+  local -a extra_env
+  read -r -a extra_env <<<"$env_words"
+  shift 4
   local sink=${SBS_SINK:-$out/$label.access.log}
   if [[ $sink == pipe ]]; then
     sink=$out/$label.fifo
@@ -73,7 +83,7 @@ start_edge() {
     taskset -c 0 wc -c <"$sink" >"$out/$label.piped" &
     pids+=($!)
   fi
-  taskset -c 1 env TOKIO_WORKER_THREADS=1 RUST_LOG=warn "$bin" run \
+  taskset -c 1 env TOKIO_WORKER_THREADS=1 RUST_LOG=warn "${extra_env[@]}" "$bin" run \
     --manifests "$out/$label/aether" --admin "127.0.0.1:$((port + 1))" --workers 1 "$@" \
     >"$sink" 2>"$out/$label.log" &
   edge=$!
@@ -84,9 +94,9 @@ start_edge() {
     echo "$edge" >"$g/cgroup.procs"
   fi
 }
-start_edge a $((up_port + 1)) "$a_bin" "${a_args[@]}"
+start_edge a $((up_port + 1)) "$a_bin" "${A_ENV:-}" "${a_args[@]}"
 a=$edge
-start_edge b $((up_port + 3)) "$b_bin" "${b_args[@]}"
+start_edge b $((up_port + 3)) "$b_bin" "${B_ENV:-}" "${b_args[@]}"
 b=$edge
 for port in $((up_port + 1)) $((up_port + 3)); do
   wait_for_edge "$port" 50 0.2 || { echo "no edge on $port (see $out/*.log)" >&2; exit 1; }
@@ -113,6 +123,8 @@ served() {
 # Nanoseconds PID's threads have been on a CPU.
 cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { printf "%.0f\n", s }'; }
 
+# round SECONDS [perf]: one round; with `perf`, both edges sampled from its second
+# second to one before its end.
 round() {
   local secs=$1 a0 b0 a1 b1 ra rb
   a0=$(cpu_ns "$a"); b0=$(cpu_ns "$b")
@@ -120,6 +132,11 @@ round() {
   local la=$!
   load $((up_port + 3)) "$secs" "$out/load-b.txt"
   local lb=$!
+  if [[ ${2:-} == perf ]]; then
+    sleep 1
+    perf record -F "$perf_hz" -e cpu-clock -p "$a,$b" -o "$out/perf.data" -- sleep $((secs - 2)) \
+      >/dev/null 2>"$out/perf.err"
+  fi
   wait "$la" "$lb"
   # The writer thread wakes at least every 100 ms: its last lines are part of the cost.
   sleep 0.3
@@ -131,7 +148,7 @@ round() {
 
 round 2 >/dev/null
 {
-  echo "# side by side: A=$a_bin ${a_args[*]:-} / B=$b_bin ${b_args[*]:-}"
+  echo "# side by side: A=${a_env[*]:-} $a_bin ${a_args[*]:-} / B=${b_env[*]:-} $b_bin ${b_args[*]:-}"
   echo "# commit $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo '+changes'), $(date -u '+%F %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
   echo "# load $load_kind, $rounds rounds x ${seconds}s, cgroups: ${#cgroups[@]} of 2"
   echo "# round  A_req  B_req  A_cpu_ms  B_cpu_ms  A/B_req/s  A/B_cpu_per_req"
@@ -150,3 +167,11 @@ done
     printf "median A/B req/s %.4f (%+.1f%%), A/B CPU a request %.4f (%+.1f%%), %d rounds\n",
       r, (r - 1) * 100, c, (c - 1) * 100, n }'
 } | tee -a "$out/report.txt"
+if [[ ${SBS_PERF:-0} == 1 ]]; then
+  read -r ra rb _ _ < <(round "$seconds" perf) && [[ -n $rb ]] || { echo "the profiled round failed" >&2; exit 1; }
+  # Requests in the sampled window: the round's, pro rata.
+  python3 "$here/sbs-profile.py" "$out/perf.data" "$a" "$b" \
+    $((ra * (seconds - 2) / seconds)) $((rb * (seconds - 2) / seconds)) "$perf_hz" 40 \
+    >"$out/profile.txt"
+  head -50 "$out/profile.txt"
+fi
