@@ -40,10 +40,11 @@ pub async fn run(config: Config, workers: &[tokio::runtime::Handle]) -> anyhow::
     // Before the first Snapshot is built: routes take their cells then.
     aether_proxy::series::enable_route_latency(proxy_config.route_latency_histogram);
     let access_log = match proxy_config.access_log {
-        Some(settings) => Some(
+        Some(settings) => Some({
+            aether_proxy::access_log::size_pipe(std::io::stdout());
             AccessLog::start(settings, Box::new(std::io::stdout()))
-                .context("cannot start the access log writer")?,
-        ),
+                .context("cannot start the access log writer")?
+        }),
         None => None,
     };
     let mesh = proxy_config

@@ -26,6 +26,7 @@ use metrics::Counter;
 pub use body::{LoggedBody, RequestBody};
 pub use record::{HttpRecord, L4Record, begin_http};
 pub(crate) use record::{Relayed, client_ip};
+pub use writer::size_pipe;
 
 use crate::telemetry;
 

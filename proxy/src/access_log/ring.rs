@@ -15,20 +15,25 @@ use std::cell::RefCell;
 use super::AccessLog;
 use super::format::LineWriter;
 
-/// Bytes of lines one thread can have waiting for the writer: about 800 lines of 300
-/// bytes. A worker whose ring passes a quarter full wakes the writer (see
-/// [`WAKE_AT`]), so the rest is slack for the writer to be scheduled: about 3 ms at
-/// 70k lines/s, on a core it shares with the worker. A burst beyond while stdout is
-/// slow loses lines (counted) rather than holding requests or growing memory. Pages
-/// become resident only as the ring is written, and only threads that log have one.
-/// (A 64 KiB ring, for the cache's sake, served no faster and lost more lines.)
-pub(super) const RING: usize = 256 * 1024;
+/// Bytes of lines one thread can have waiting for the writer: about 2,400 lines of
+/// 430 bytes. A worker whose ring passes half full wakes the writer (see
+/// [`WAKE_USED`]), so the other half is slack for the writer to be scheduled: 11 ms
+/// at 110k lines/s. A burst beyond while stdout is slow loses lines (counted) rather
+/// than holding requests or growing memory. Pages become resident only as the ring is
+/// written, and only threads that log have one.
+///
+/// What a line costs the core depends most on how often the writer passes: each pass
+/// is a wake-up and two context switches, and takes the worker's caches. Measured side
+/// by side (benches/load/side-by-side.sh, h2c, both logging): against a 256 KiB ring
+/// woken at a quarter every 10 ms, a 64 KiB ring woken at 16 KiB cost 3.3% of req/s;
+/// this one, woken at half and every 50 ms, gave +2.3%; 4 MiB at 2 MiB every 100 ms
+/// +2.6%, not worth its memory.
+pub(super) const RING: usize = 1024 * 1024;
 
-/// Free bytes under which a worker wakes the writer: once per crossing, so a busy
-/// worker makes one wake-up per quarter ring (about 200 lines), not one per line.
-/// Waiting for the writer's timer instead lost 15% of the lines at 70k req/s: 10 ms
-/// of them overfill the ring.
-const WAKE_AT: usize = RING / 4 * 3;
+/// Bytes in a ring at which its worker wakes the writer: once per crossing, so a busy
+/// worker makes one wake-up per half ring (about 1,200 lines), not one per line.
+/// Waiting for the writer's timer alone lost 15% of the lines at 70k req/s.
+pub(super) const WAKE_USED: usize = RING / 2;
 
 /// A line larger than this leaves the thread's line buffer at this size afterwards
 /// (a long URL does not keep its buffer for good).
@@ -45,7 +50,7 @@ struct Local {
     ring: Producer<u8>,
     lines: LineWriter,
     line: Vec<u8>,
-    /// Has this ring woken the writer since it was last more than half free?
+    /// Has this ring woken the writer since it was last under [`WAKE_USED`]?
     woke: bool,
 }
 
@@ -85,7 +90,7 @@ pub(super) fn put(log: &AccessLog, render: impl FnOnce(&mut LineWriter, &mut Vec
             local.line.clear();
             render(&mut local.lines, &mut local.line);
             let put = local.ring.push_entire_slice(&local.line).is_ok();
-            let filling = local.ring.slots() < WAKE_AT;
+            let filling = local.ring.slots() <= RING - WAKE_USED;
             if filling && !local.woke {
                 log.wake_writer();
             }
