@@ -159,7 +159,13 @@ for i in $(seq "$rounds"); do
     printf "%d %d %d %.0f %.0f %.4f %.4f\n", i, ra, rb, ca / 1e6, cb / 1e6, ra / rb, (ca / ra) / (cb / rb) }' |
     tee -a "$out/report.txt"
 done
+# Lines an edge dropped (its ring full): a change that sheds lines is not a cheaper log.
+dropped() {
+  curl -fsS --max-time 2 "http://127.0.0.1:$1/metrics" 2>/dev/null |
+    awk '/^aether_access_log_dropped_total/ { n += $2 } END { printf "%d\n", n }'
+}
 {
+  echo "# access-log lines dropped: A $(dropped $((up_port + 2))) B $(dropped $((up_port + 4)))"
   echo "# end load average $(cut -d' ' -f1-3 /proc/loadavg); access log bytes A $(stat -c %s "$out/a.access.log" 2>/dev/null || echo "(${SBS_SINK:-})") B $(stat -c %s "$out/b.access.log" 2>/dev/null || echo "(${SBS_SINK:-})")"
   median() { grep -v '^#' "$out/report.txt" | awk -v f="$1" '{ print $f }' | sort -g |
     awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
