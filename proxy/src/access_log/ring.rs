@@ -88,6 +88,7 @@ pub(super) fn put(log: &AccessLog, render: impl FnOnce(&mut LineWriter, &mut Vec
                 }
             };
             local.line.clear();
+            fetch_ahead(&mut local.ring);
             render(&mut local.lines, &mut local.line);
             let put = local.ring.push_entire_slice(&local.line).is_ok();
             let filling = local.ring.slots() <= RING - WAKE_USED;
@@ -102,3 +103,40 @@ pub(super) fn put(log: &AccessLog, render: impl FnOnce(&mut LineWriter, &mut Vec
         })
         .unwrap_or(false)
 }
+
+/// Bytes of the ring fetched ahead of a line: a line is about 430.
+const AHEAD: usize = 512;
+
+/// Asks the core to bring the ring's next bytes into its cache while the line is
+/// rendered. The ring has gone round a megabyte since that part was last written, so
+/// the copy's stores would each wait for their cache line, and the first atomic
+/// operation after them (h2's stream lock) for all of them: in the side-by-side profile
+/// that wait was the largest single cost of a line (benches/RESULTS.md, session 37).
+fn fetch_ahead(ring: &mut Producer<u8>) {
+    let Ok(mut chunk) = ring.write_chunk_uninit(ring.slots().min(AHEAD)) else {
+        return;
+    };
+    let (first, second) = chunk.as_mut_slices();
+    for part in [&*first, &*second] {
+        for line in part.chunks(64) {
+            prefetch(line.as_ptr().cast());
+        }
+    }
+    // Dropped uncommitted: nothing is written, no slot is taken.
+}
+
+#[cfg(target_arch = "x86_64")]
+#[expect(
+    unsafe_code,
+    reason = "a prefetch is a hint: it reads and writes no memory"
+)]
+#[inline]
+fn prefetch(p: *const i8) {
+    // SAFETY: `_mm_prefetch` dereferences nothing and cannot fault; SSE is part of
+    // x86_64's baseline.
+    unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p) }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+#[inline]
+fn prefetch(_: *const i8) {}
