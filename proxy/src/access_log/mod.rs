@@ -165,22 +165,24 @@ impl AccessLog {
         if !self.settings.statuses.contains(record.status) {
             return record.give_back();
         }
-        // The record goes back (its `Arc`s let go) as soon as its line is rendered, before
-        // the line is copied into the ring: an atomic operation waits for every store
-        // before it to reach the cache, and the ring, gone round since this part was last
-        // written, is not in it. Given back after the copy, the rule's `Arc` decrement
-        // took three quarters of this function's samples (benches/RESULTS.md, session
-        // 37). A line not put (the log stopped) drops its record instead.
         match self.settings.format {
-            Format::Json => self.put::<format::Json>(move |line| {
-                format::http_line(&record, line);
-                record.give_back();
-            }),
-            Format::Text => self.put::<format::Text>(move |line| {
-                format::http_line(&record, line);
-                record.give_back();
-            }),
+            Format::Json => self.http_line::<format::Json>(record),
+            Format::Text => self.http_line::<format::Text>(record),
         }
+    }
+
+    /// Puts `record`'s line in style `S`. The record goes back (its `Arc`s let go) as
+    /// soon as its line is rendered, before the line is copied into the ring: an atomic
+    /// operation waits for every store before it to reach the cache, and the ring, gone
+    /// round since this part was last written, is not in it. Given back after the copy,
+    /// the rule's `Arc` decrement took three quarters of `http`'s samples
+    /// (benches/RESULTS.md, session 37). A line not put (the log stopped) drops its
+    /// record instead.
+    fn http_line<S: format::Style>(&self, record: Box<HttpRecord>) {
+        self.put::<S>(move |line| {
+            format::http_line(&record, line);
+            record.give_back();
+        });
     }
 
     pub fn l4(&self, record: Box<L4Record>) {

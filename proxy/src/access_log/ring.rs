@@ -112,8 +112,9 @@ const AHEAD: usize = 512;
 /// the copy's stores would each wait for their cache line, and the first atomic
 /// operation after them (h2's stream lock) for all of them: in the side-by-side profile
 /// that wait was the largest single cost of a line (benches/RESULTS.md, session 37).
+/// A ring with less than [`AHEAD`] free is about to refuse lines anyway: skipped.
 fn fetch_ahead(ring: &mut Producer<u8>) {
-    let Ok(mut chunk) = ring.write_chunk_uninit(ring.slots().min(AHEAD)) else {
+    let Ok(mut chunk) = ring.write_chunk_uninit(AHEAD) else {
         return;
     };
     let (first, second) = chunk.as_mut_slices();
