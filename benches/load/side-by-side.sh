@@ -29,7 +29,7 @@
 # NAME=VALUE environment for each. B_BIN defaults to A_BIN.
 # Each edge's stdout (its access log) goes to a file in the output directory, removed
 # at the end (its size is reported), or to SBS_SINK: a path (e.g. /dev/null), or
-# `pipe`: a FIFO read by `wc -c` on CPU 0, as a container runtime reads a pod's stdout. Writes target/bench-sbs/NAME/report.txt.
+# `pipe`: a FIFO read by `cat` on CPU 0, as a container runtime reads a pod's stdout. Writes target/bench-sbs/NAME/report.txt.
 # Loopback only; everything started is stopped on exit. Needs nginx, h2load or wrk,
 # taskset, curl and 2 CPUs.
 set -euo pipefail
@@ -48,14 +48,17 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 out=$root/target/bench-sbs/$name
 up_port=${SBS_PORT_BASE:-28700}
+# Each edge's listener; its admin server is the port after.
+a_port=$((up_port + 1))
+b_port=$((up_port + 3))
 perf_hz=4999
 
 rm -rf "$out"
 mkdir -p "$out"
 # shellcheck disable=SC1091 # upstream.sh beside this script, checked on its own
 source "$here/upstream.sh"
-render_configs "$out/a" "$up_port" $((up_port + 1))
-render_configs "$out/b" "$up_port" $((up_port + 3))
+render_configs "$out/a" "$up_port" "$a_port"
+render_configs "$out/b" "$up_port" "$b_port"
 
 cgroups=()
 before_stop() {
@@ -69,18 +72,18 @@ before_stop() {
 }
 start_upstream "$out/a"
 
-# start_edge LABEL PROXY_PORT BIN ENV ARGS...: the edge on CPU 1 with one worker, in a cpu
-# cgroup of its own when the machine has the v1 controller; its PID in `edge`.
+# start_edge LABEL PROXY_PORT BIN ENV_ARRAY ARGS...: the edge on CPU 1 with one worker
+# and the environment named by ENV_ARRAY, in a cpu cgroup of its own when the machine
+# has the v1 controller; its PID in `edge`.
 start_edge() {
-  local label=$1 port=$2 bin=$3 env_words=$4
-  local -a extra_env
-  read -r -a extra_env <<<"$env_words"
+  local label=$1 port=$2 bin=$3
+  local -n extra_env=$4
   shift 4
   local sink=${SBS_SINK:-$out/$label.access.log}
   if [[ $sink == pipe ]]; then
     sink=$out/$label.fifo
     mkfifo "$sink"
-    taskset -c 0 wc -c <"$sink" >"$out/$label.piped" &
+    taskset -c 0 cat "$sink" >/dev/null &
     pids+=($!)
   fi
   taskset -c 1 env TOKIO_WORKER_THREADS=1 RUST_LOG=warn "${extra_env[@]}" "$bin" run \
@@ -94,11 +97,11 @@ start_edge() {
     echo "$edge" >"$g/cgroup.procs"
   fi
 }
-start_edge a $((up_port + 1)) "$a_bin" "${A_ENV:-}" "${a_args[@]}"
+start_edge a "$a_port" "$a_bin" a_env "${a_args[@]}"
 a=$edge
-start_edge b $((up_port + 3)) "$b_bin" "${B_ENV:-}" "${b_args[@]}"
+start_edge b "$b_port" "$b_bin" b_env "${b_args[@]}"
 b=$edge
-for port in $((up_port + 1)) $((up_port + 3)); do
+for port in "$a_port" "$b_port"; do
   wait_for_edge "$port" 50 0.2 || { echo "no edge on $port (see $out/*.log)" >&2; exit 1; }
 done
 
@@ -128,9 +131,9 @@ cpu_ns() { cat /proc/"$1"/task/*/schedstat | awk '{ s += $1 } END { printf "%.0f
 round() {
   local secs=$1 a0 b0 a1 b1 ra rb
   a0=$(cpu_ns "$a"); b0=$(cpu_ns "$b")
-  load $((up_port + 1)) "$secs" "$out/load-a.txt"
+  load "$a_port" "$secs" "$out/load-a.txt"
   local la=$!
-  load $((up_port + 3)) "$secs" "$out/load-b.txt"
+  load "$b_port" "$secs" "$out/load-b.txt"
   local lb=$!
   if [[ ${2:-} == perf ]]; then
     sleep 1
@@ -165,7 +168,7 @@ dropped() {
     awk '/^aether_access_log_dropped_total/ { n += $2 } END { printf "%d\n", n }'
 }
 {
-  echo "# access-log lines dropped: A $(dropped $((up_port + 2))) B $(dropped $((up_port + 4)))"
+  echo "# access-log lines dropped: A $(dropped $((a_port + 1))) B $(dropped $((b_port + 1)))"
   echo "# end load average $(cut -d' ' -f1-3 /proc/loadavg); access log bytes A $(stat -c %s "$out/a.access.log" 2>/dev/null || echo "(${SBS_SINK:-})") B $(stat -c %s "$out/b.access.log" 2>/dev/null || echo "(${SBS_SINK:-})")"
   median() { grep -v '^#' "$out/report.txt" | awk -v f="$1" '{ print $f }' | sort -g |
     awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
