@@ -97,12 +97,24 @@ start_edge() {
     echo "$edge" >"$g/cgroup.procs"
   fi
 }
-start_edge a "$a_port" "$a_bin" a_env "${a_args[@]}"
-a=$edge
-start_edge b "$b_port" "$b_bin" b_env "${b_args[@]}"
-b=$edge
+# SBS_ORDER=ba starts B first (side-by-side-runs.sh alternates), so that whatever
+# favours the first process started is not always A's.
+if [[ ${SBS_ORDER:-ab} == ba ]]; then
+  start_edge b "$b_port" "$b_bin" b_env "${b_args[@]}"
+  b=$edge
+  start_edge a "$a_port" "$a_bin" a_env "${a_args[@]}"
+  a=$edge
+else
+  start_edge a "$a_port" "$a_bin" a_env "${a_args[@]}"
+  a=$edge
+  start_edge b "$b_port" "$b_bin" b_env "${b_args[@]}"
+  b=$edge
+fi
+# h2 load: asked over h2c, which every edge here serves (nginx-as-edge.sh only it).
+probe=''
+[[ $load_kind == h2 ]] && probe=--http2-prior-knowledge
 for port in "$a_port" "$b_port"; do
-  wait_for_edge "$port" 50 0.2 || { echo "no edge on $port (see $out/*.log)" >&2; exit 1; }
+  wait_for_edge "$port" 50 0.2 "$probe" || { echo "no edge on $port (see $out/*.log)" >&2; exit 1; }
 done
 
 # load PORT SECONDS FILE: one load generator on CPU 0, in the background.
@@ -153,7 +165,7 @@ round 2 >/dev/null
 {
   echo "# side by side: A=${a_env[*]:-} $a_bin ${a_args[*]:-} / B=${b_env[*]:-} $b_bin ${b_args[*]:-}"
   echo "# commit $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo '+changes'), $(date -u '+%F %H:%M UTC'), load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
-  echo "# load $load_kind, $rounds rounds x ${seconds}s, cgroups: ${#cgroups[@]} of 2"
+  echo "# load $load_kind, $rounds rounds x ${seconds}s, cgroups: ${#cgroups[@]} of 2, started ${SBS_ORDER:-ab}"
   echo "# round  A_req  B_req  A_cpu_ms  B_cpu_ms  A/B_req/s  A/B_cpu_per_req"
 } >"$out/report.txt"
 for i in $(seq "$rounds"); do

@@ -32,12 +32,13 @@ start_upstream() {
   pids+=($!)
 }
 
-# wait_for_edge PORT TRIES PAUSE: until the benchmark's route answers on PORT, trying
-# TRIES times PAUSE seconds apart; fails if it never does.
+# wait_for_edge PORT TRIES PAUSE [CURL_FLAG]: until the benchmark's route answers on
+# PORT, trying TRIES times PAUSE seconds apart; fails if it never does. CURL_FLAG: e.g.
+# --http2-prior-knowledge for a listener that serves only h2c.
 wait_for_edge() {
   local _
   for _ in $(seq "$2"); do
-    curl -fsS -o /dev/null --max-time 1 "http://127.0.0.1:$1/bench" 2>/dev/null && return 0
+    curl -fsS -o /dev/null --max-time 1 ${4:+"$4"} "http://127.0.0.1:$1/bench" 2>/dev/null && return 0
     sleep "$3"
   done
   return 1
