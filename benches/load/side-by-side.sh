@@ -169,7 +169,7 @@ round 2 >/dev/null
   echo "# round  A_req  B_req  A_cpu_ms  B_cpu_ms  A/B_req/s  A/B_cpu_per_req"
 } >"$out/report.txt"
 for i in $(seq "$rounds"); do
-  read -r ra rb ca cb < <(round "$seconds") && [[ -n $cb ]] || { echo "round $i failed" >&2; exit 1; }
+  if ! read -r ra rb ca cb < <(round "$seconds") || [[ -z $cb ]]; then echo "round $i failed" >&2; exit 1; fi
   awk -v i="$i" -v ra="$ra" -v rb="$rb" -v ca="$ca" -v cb="$cb" 'BEGIN {
     printf "%d %d %d %.0f %.0f %.4f %.4f\n", i, ra, rb, ca / 1e6, cb / 1e6, ra / rb, (ca / ra) / (cb / rb) }' |
     tee -a "$out/report.txt"
@@ -189,7 +189,7 @@ dropped() {
       r, (r - 1) * 100, c, (c - 1) * 100, n }'
 } | tee -a "$out/report.txt"
 if [[ ${SBS_PERF:-0} == 1 ]]; then
-  read -r ra rb _ _ < <(round "$seconds" perf) && [[ -n $rb ]] || { echo "the profiled round failed" >&2; exit 1; }
+  if ! read -r ra rb _ _ < <(round "$seconds" perf) || [[ -z $rb ]]; then echo "the profiled round failed" >&2; exit 1; fi
   # Requests in the sampled window: the round's, pro rata.
   python3 "$here/sbs-profile.py" "$out/perf.data" "$a" "$b" \
     $((ra * (seconds - 2) / seconds)) $((rb * (seconds - 2) / seconds)) "$perf_hz" 40 \

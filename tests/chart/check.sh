@@ -149,7 +149,8 @@ fi
 shellcheck .ci/run examples/quickstart/run.sh benches/load/run.sh tests/k8s/build.sh tests/k8s/crds.sh tests/h2spec/install.sh \
   tests/promtool/install.sh tests/jaeger/install.sh tests/chart/*.sh tests/e2e/kind/*.sh tests/e2e/cluster/*.sh tests/mesh/*.sh \
   tests/k8s/monitoring-crds.sh tests/image/tools.sh charts/package.sh tests/actionlint/install.sh image/build.sh benches/load/syscalls.sh \
-  benches/load/allocations.sh benches/load/profile.sh benches/load/upstream.sh
+  benches/load/allocations.sh benches/load/profile.sh benches/load/upstream.sh benches/load/side-by-side.sh \
+  benches/load/side-by-side-runs.sh benches/load/nginx-as-edge.sh
 # The release workflow runs only on GitHub (on a tag): lint it here.
 "$(bash tests/actionlint/install.sh)" .github/workflows/*.yml
 echo "chart and scripts: ok"
