@@ -42,7 +42,7 @@ done
   grep -v '^#' "$out/runs.txt" | awk '{ print $3, $4 }' | sort -g | awk -v n="$runs" '
     { r[NR] = $1; c[NR] = $2 }
     END {
-      m = r[int((NR + 1) / 2)]
+      m = NR % 2 ? r[(NR + 1) / 2] : (r[NR / 2] + r[NR / 2 + 1]) / 2
       printf "median of %d runs: A/B req/s %.4f (%+.1f%%), runs from %.4f to %.4f\n", n, m, (m - 1) * 100, r[1], r[NR]
     }'
 } | tee -a "$out/runs.txt"
