@@ -10,7 +10,7 @@
 # process (no master), so its PID, the one side-by-side.sh reads CPU time from, is the
 # one serving. With SBS_LOAD=h2 it listens for prior-knowledge h2c (nginx 1.22 serves
 # h2c and HTTP/1.1 on different ports), else HTTP/1.1. NGINX_LOG=on: one line a
-# request to stdout, the edge's fields that nginx has (benches/load/run.sh's format),
+# request to stdout, the edge's fields that nginx has (conf/nginx-edge-log.conf),
 # buffered 1 MiB and flushed every 50 ms as the edge's writer does.
 set -euo pipefail
 
@@ -25,6 +25,7 @@ done
 [[ -n $dir && -n $admin ]] || { echo "nginx-as-edge: needs --manifests and --admin" >&2; exit 2; }
 port=$((${admin##*:} - 1))
 up_port=$(awk '/port:/ { p = $2 } END { print p }' "$dir/gateway.yaml")
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 run=$(cd "$dir/.." && pwd)/nginx-edge
 mkdir -p "$run/tmp"
 http2=''
@@ -32,9 +33,7 @@ http2=''
 
 log='access_log off;'
 if [[ ${NGINX_LOG:-off} == on ]]; then
-  # shellcheck disable=SC2016 # nginx variables
-  log='log_format edge escape=json '"'"'{"time":"$time_iso8601","kind":"http","gateway":"bench","listener":"http","route_kind":"HTTPRoute","route":"bench","rule":null,"client":"$remote_addr","authority":"$host","method":"$request_method","path":"$uri","protocol":"$server_protocol","status":$status,"reason":null,"request_bytes":$request_length,"response_bytes":$body_bytes_sent,"duration_s":$request_time,"complete":true,"upstream":"$upstream_addr","upstream_s":"$upstream_response_time","retries":0,"request_id":"$request_id","trace_id":null,"user_agent":"$http_user_agent"}'"'"';
-    access_log /dev/stdout edge buffer=1m flush=50ms;'
+  log="include $here/conf/nginx-edge-log.conf; access_log /dev/stdout edge buffer=1m flush=50ms;"
 fi
 {
   printf 'daemon off;\nmaster_process off;\nworker_processes 1;\npid %s/nginx.pid;\n' "$run"

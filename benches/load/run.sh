@@ -372,22 +372,12 @@ render() { # render SRC DST: fill in the @PLACEHOLDER@s
 }
 
 # nginx_access_log CONF: nginx's access log on, one JSON line per request with the
-# fields of aether-edge's (those nginx has), buffered as the edge's writer does.
-# shellcheck disable=SC2016 # the $names are nginx variables, not shell ones
+# fields of aether-edge's (those nginx has: conf/nginx-edge-log.conf), buffered as the
+# edge's writer does.
 nginx_access_log() {
-  local fmt
-  fmt='log_format edge escape=json '"'"'{"time":"$time_iso8601","kind":"http",'
-  fmt+='"gateway":"bench","listener":"http","route_kind":"HTTPRoute","route":"bench",'
-  fmt+='"rule":null,"client":"$remote_addr","authority":"$host",'
-  fmt+='"method":"$request_method","path":"$uri","protocol":"$server_protocol",'
-  fmt+='"status":$status,"reason":null,"request_bytes":$request_length,'
-  fmt+='"response_bytes":$body_bytes_sent,"duration_s":$request_time,'
-  fmt+='"complete":true,"upstream":"$upstream_addr",'
-  fmt+='"upstream_s":"$upstream_response_time","retries":0,'
-  fmt+='"request_id":"$request_id","trace_id":null,"user_agent":"$http_user_agent"}'"'"';'
-  local line="    $fmt\n    access_log $RUN_DIR/nginx.access.log edge buffer=64k flush=10ms;"
+  local line="    include $here/conf/nginx-edge-log.conf;\n    access_log $RUN_DIR/nginx.access.log edge buffer=64k flush=10ms;"
   sed -i "s|^    access_log off;|$line|" "$1"
-  grep -q 'log_format edge' "$1" || die "could not turn nginx's access log on in $1"
+  grep -q 'nginx-edge-log.conf' "$1" || die "could not turn nginx's access log on in $1"
 }
 
 prepare_configs() {
